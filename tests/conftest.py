@@ -1,0 +1,34 @@
+"""Shared fixtures: users in each role of one project, and a stranger's project."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def make_user(django_user_model):
+    counter = {"n": 0}
+
+    def make(username: str | None = None, **extra):
+        counter["n"] += 1
+        name = username or f"user{counter['n']}"
+        return django_user_model.objects.create_user(username=name, password="pw-" + name, **extra)
+
+    return make
+
+
+@pytest.fixture
+def project_team(db, make_user):
+    """A project with one member per role, plus an outsider who belongs to another project."""
+    from webapp.projects.services import membership_set_role, project_create
+
+    owner = make_user("owner")
+    project = project_create(name="Acme agents", owner=owner)
+    members = {"owner": owner}
+    for role in ("viewer", "reviewer", "editor"):
+        user = make_user(role)
+        membership_set_role(project=project, user=user, role=role, actor=owner)
+        members[role] = user
+    outsider = make_user("outsider")
+    other = project_create(name="Other team", owner=outsider)
+    return {"project": project, "other": other, "outsider": outsider, **members}

@@ -1,0 +1,60 @@
+"""End to end: a real `celery worker` process runs jobs through their whole lifecycle."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.workers.conftest import wait_for
+from webapp.runs.models import Job, JobState
+from webapp.runs.services.jobs import job_create, job_request_cancel
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def _state(job_id: int) -> Job:
+    return Job.objects.get(pk=job_id)
+
+
+def _final(job_id: int, timeout: float = 60) -> Job:
+    return wait_for(
+        lambda: (j := _state(job_id)).state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED) and j,
+        timeout=timeout, what=f"job {job_id} to finish",
+    )
+
+
+def test_trivial_job_runs_to_success(project_team, live_worker):
+    job = job_create(project=project_team["project"], kind="noop", queue=live_worker.queue,
+                     payload={"steps": 3, "sleep": 0.05})
+    done = _final(job.pk)
+    assert done.state == JobState.SUCCEEDED, live_worker.log()[-3000:]
+    assert done.attempt == 1
+    assert done.progress == 1.0
+    assert "step 3/3" in done.log_tail
+    assert done.started_at is not None and done.finished_at >= done.started_at
+    assert [h["outcome"] for h in done.history] == ["succeeded"]
+
+
+def test_failing_job_records_the_error(project_team, live_worker):
+    job = job_create(project=project_team["project"], kind="noop", queue=live_worker.queue,
+                     payload={"steps": 1, "sleep": 0.01, "fail": "disk full"})
+    done = _final(job.pk)
+    assert done.state == JobState.FAILED
+    assert done.error == "RuntimeError: disk full"
+    assert "Traceback" in done.log_tail
+
+
+def test_unknown_kind_fails_with_a_clear_message(project_team, live_worker):
+    job = job_create(project=project_team["project"], kind="teleport", queue=live_worker.queue)
+    done = _final(job.pk)
+    assert done.state == JobState.FAILED
+    assert "No handler for job kind 'teleport'" in done.error
+
+
+def test_running_job_is_cancelled_through_its_heartbeat(project_team, live_worker):
+    job = job_create(project=project_team["project"], kind="noop", queue=live_worker.queue,
+                     payload={"steps": 400, "sleep": 0.1})
+    wait_for(lambda: _state(job.pk).state == JobState.RUNNING, what="job to start")
+    job_request_cancel(job=_state(job.pk))
+    done = _final(job.pk, timeout=30)
+    assert done.state == JobState.CANCELLED
+    assert done.progress < 1.0

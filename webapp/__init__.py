@@ -1,0 +1,1 @@
+"""The Crucible Django project: one app per area, configured from environment variables."""

@@ -1,0 +1,1 @@
+"""REST API with an OpenAPI schema (django-ninja), for scripts and production logging."""

@@ -1,0 +1,1 @@
+"""Settings split in base / local / production / test, all read from environment variables."""

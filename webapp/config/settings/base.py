@@ -1,0 +1,179 @@
+"""Settings shared by every deployment.
+
+Nothing here needs a server: with no environment variables set, Crucible runs on a
+SQLite file and Celery's filesystem transport under CRUCIBLE_DATA_DIR (the
+embedded default). DATABASE_URL and CELERY_BROKER_URL switch to PostgreSQL and
+Redis for teams; the code path is the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from webapp.config.env import env_bool, env_dir, env_int, env_list, env_str, env_url
+
+BASE_DIR = Path(__file__).resolve().parents[3]
+
+DATA_DIR = env_dir("CRUCIBLE_DATA_DIR", BASE_DIR / ".crucible")
+
+SECRET_KEY = env_str("SECRET_KEY") or ""
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "django_htmx",
+    "webapp.projects",
+    "webapp.datasets",
+    "webapp.verifiers",
+    "webapp.runs",
+    "webapp.trajectories",
+    "webapp.dashboard",
+    "webapp.api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "webapp.dashboard.middleware.ContentSecurityPolicyMiddleware",
+]
+
+ROOT_URLCONF = "webapp.config.urls"
+WSGI_APPLICATION = "webapp.config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+# WAL + IMMEDIATE transactions + a busy timeout let the web process and the
+# worker process share one SQLite file without "database is locked".
+SQLITE_OPTIONS = {
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+}
+
+
+def _database_from_env() -> dict:
+    """PostgreSQL (or any dj-database-url URL) from DATABASE_URL, else SQLite in DATA_DIR."""
+    url = env_url("DATABASE_URL", None, schemes=("postgres", "postgresql", "sqlite"))
+    if url is None:
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": DATA_DIR / "crucible.sqlite3", "OPTIONS": SQLITE_OPTIONS}
+    try:
+        config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"Environment variable DATABASE_URL is not a valid URL: {exc}") from None
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        config["OPTIONS"] = SQLITE_OPTIONS
+        config["CONN_MAX_AGE"] = 0
+    return config
+
+
+DATABASES = {"default": _database_from_env()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard:home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+
+# Celery: the database is the source of truth for jobs; a message only wakes a worker.
+_default_broker = "filesystem://"
+CELERY_BROKER_URL = env_url(
+    "CELERY_BROKER_URL", _default_broker, schemes=("redis", "rediss", "filesystem", "memory", "amqp")
+)
+CELERY_BROKER_DIR = DATA_DIR / "broker"
+if CELERY_BROKER_URL.startswith("filesystem"):
+    for _sub in ("in", "processed", "control"):
+        (CELERY_BROKER_DIR / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(CELERY_BROKER_DIR / "in"),
+        "data_folder_out": str(CELERY_BROKER_DIR / "in"),
+        "processed_folder": str(CELERY_BROKER_DIR / "processed"),
+        "control_folder": str(CELERY_BROKER_DIR / "control"),
+        "store_processed": False,
+    }
+else:
+    # Longer than the longest job, so Redis never redelivers a message that a
+    # healthy worker is still working on (the lease and reaper handle dead workers).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 7 * 24 * 3600, minimum=60)
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "reap-expired-jobs": {
+        "task": "workers.tasks.reap_expired_jobs",
+        "schedule": float(env_int("CRUCIBLE_REAPER_INTERVAL_SECONDS", 30, minimum=1)),
+        "options": {"queue": "default"},
+    },
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+
+CRUCIBLE_JOB_MAX_ATTEMPTS = env_int("CRUCIBLE_JOB_MAX_ATTEMPTS", 3, minimum=1)
+CRUCIBLE_JOB_LEASE_SECONDS = env_int("CRUCIBLE_JOB_LEASE_SECONDS", 120, minimum=5)
+CRUCIBLE_RUNS_DIR = DATA_DIR / "runs"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}

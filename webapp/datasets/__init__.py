@@ -1,0 +1,1 @@
+"""Task datasets (versioned) and tasks: import, export, synthetic generation."""

@@ -1,0 +1,1 @@
+"""Projects, memberships with roles, API tokens and the audit log."""

@@ -1,0 +1,84 @@
+"""Projects are the unit of access: every other object belongs to exactly one."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Role(models.TextChoices):
+    VIEWER = "viewer", "Viewer"
+    REVIEWER = "reviewer", "Reviewer"
+    EDITOR = "editor", "Editor"
+    OWNER = "owner", "Owner"
+
+
+# Higher rank includes every permission of a lower one.
+ROLE_RANK: dict[str, int] = {Role.VIEWER: 1, Role.REVIEWER: 2, Role.EDITOR: 3, Role.OWNER: 4}
+
+
+class Project(models.Model):
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=80, unique=True)
+    description = models.TextField(blank=True)
+    price_per_device_hour = models.DecimalField(
+        max_digits=10, decimal_places=4, null=True, blank=True,
+        help_text="Optional price of one accelerator (or CPU) hour, for cost estimates.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "project"], name="uniq_membership")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project} as {self.role}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for scripts. Only its SHA-256 is stored; the token is shown once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12, help_text="First characters, to recognise a token in lists.")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class AuditEvent(models.Model):
+    """Who did what, when: promotions, alias moves, verifier changes, role changes."""
+
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_events")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    action = models.CharField(max_length=64)
+    target_type = models.CharField(max_length=64)
+    target_id = models.CharField(max_length=64)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.target_type}:{self.target_id}"

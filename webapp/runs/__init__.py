@@ -1,0 +1,1 @@
+"""Models, runs, jobs, metrics, checkpoints and their aliases (promotion)."""

@@ -1,0 +1,193 @@
+"""Runs and the jobs that execute them.
+
+The Job row is the source of truth: a Celery message only wakes a worker, which
+claims the row with a conditional UPDATE that bumps `attempt`. Every later write
+of that attempt is fenced by it (see services/jobs.py).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from webapp.datasets.models import TaskDataset
+from webapp.projects.models import Project
+from webapp.verifiers.models import VerifierVersion
+
+
+class ModelSpec(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="model_specs")
+    name = models.CharField(max_length=200)
+    hf_id = models.CharField(max_length=300, blank=True, help_text="Hugging Face id, e.g. HuggingFaceTB/SmolLM2-135M-Instruct.")
+    local_path = models.CharField(max_length=500, blank=True, help_text="A local model folder.")
+    gguf_file = models.CharField(max_length=500, blank=True, help_text="A .gguf file inside the id or folder.")
+    chat_template = models.TextField(blank=True, help_text="Override of the tokenizer's chat template.")
+    tool_format = models.CharField(
+        max_length=16, default="auto", choices=[("auto", "auto"), ("native", "native"), ("compact", "compact")],
+        help_text="How tools are rendered into prompts: the template's own way or a compact list for small models.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="uniq_model_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def spec(self) -> str:
+        """What the training process's `model` field receives."""
+        return self.local_path or self.hf_id
+
+
+class RunKind(models.TextChoices):
+    EVAL = "eval", "Evaluation"
+    SFT = "sft", "SFT"
+    GRPO = "grpo", "GRPO"
+    DPO = "dpo", "DPO"
+
+
+class RunStatus(models.TextChoices):
+    DRAFT = "draft", "Draft"
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Run(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=8, choices=RunKind.choices)
+    config = models.JSONField(default=dict, help_text="Validated against training.config's schema.")
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.DRAFT)
+    dataset = models.ForeignKey(TaskDataset, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
+    verifier_version = models.ForeignKey(VerifierVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
+    model = models.ForeignKey(ModelSpec, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
+    parent_checkpoint = models.ForeignKey(
+        "runs.Checkpoint", null=True, blank=True, on_delete=models.PROTECT, related_name="child_runs"
+    )
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "-created_at"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JobState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    CLAIMED = "claimed", "Claimed"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+ACTIVE_JOB_STATES = (JobState.CLAIMED, JobState.RUNNING)
+FINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class Job(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="jobs")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs")
+    kind = models.CharField(max_length=32, help_text="What the worker does: eval, sft, grpo, dpo, verify, noop…")
+    queue = models.CharField(max_length=32, default="default")
+    payload = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+    attempt = models.PositiveIntegerField(default=0, help_text="Bumped by each claim; fences every write.")
+    max_attempts = models.PositiveIntegerField(default=3)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="Host and process of the claiming worker.")
+    progress = models.FloatField(default=0.0)
+    cancel_requested = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    log_tail = models.TextField(blank=True)
+    history = models.JSONField(default=list, blank=True, help_text="One entry per attempt: worker, outcome, reason.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "lease_expires_at"]),
+            models.Index(fields=["project", "-created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} ({self.kind}, {self.state})"
+
+
+class MetricPoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metrics")
+    step = models.IntegerField()
+    split = models.CharField(max_length=32, help_text="train, validation, held_out, …")
+    name = models.CharField(max_length=128)
+    value = models.FloatField()
+    recorded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "step", "split", "name"], name="uniq_metric_point")]
+        indexes = [models.Index(fields=["run", "name", "split", "step"])]
+
+
+class CheckpointKind(models.TextChoices):
+    ADAPTER = "adapter", "LoRA adapter"
+    FULL = "full", "Full weights"
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.IntegerField()
+    storage_uri = models.CharField(max_length=1000)
+    kind = models.CharField(max_length=8, choices=CheckpointKind.choices, default=CheckpointKind.ADAPTER)
+    metrics = models.JSONField(default=dict, blank=True)
+    content_hash = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="uniq_checkpoint_step")]
+
+    def __str__(self) -> str:
+        return f"{self.run.name}@{self.step}"
+
+
+class CheckpointAlias(models.Model):
+    """A movable name (production, candidate, or any) pointing at one checkpoint."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="aliases")
+    name = models.SlugField(max_length=64)
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.PROTECT, related_name="aliases")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="uniq_alias_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AliasMove(models.Model):
+    """History of an alias: who pointed it where, when, and whether it was a rollback."""
+
+    alias = models.ForeignKey(CheckpointAlias, on_delete=models.CASCADE, related_name="moves")
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.PROTECT, related_name="+")
+    previous_checkpoint = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    moved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    moved_at = models.DateTimeField(auto_now_add=True)
+    reason = models.TextField(blank=True)
+    is_rollback = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-moved_at", "-id"]

@@ -1,0 +1,1 @@
+"""Writes for runs, jobs, checkpoints and aliases. Views and tasks call these, never the ORM directly."""

@@ -1,0 +1,1 @@
+"""Trajectories, human reviews and failure buckets."""

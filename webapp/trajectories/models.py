@@ -1,0 +1,78 @@
+"""Trajectories are model output: untrusted text, stored as JSON, always escaped when shown."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from webapp.projects.models import Project
+
+FAILURE_BUCKETS = [
+    "invalid_json", "unknown_tool", "wrong_tool", "wrong_arguments", "missing_call",
+    "extra_write", "unsafe_action", "truncated", "no_tool_call", "verifier_error",
+]
+BUCKET_CHOICES = [(b, b.replace("_", " ")) for b in FAILURE_BUCKETS]
+
+
+class Trajectory(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="trajectories")
+    run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="trajectories")
+    attempt = models.PositiveIntegerField(default=1, help_text="The job attempt that produced it.")
+    task = models.ForeignKey("datasets.Task", null=True, blank=True, on_delete=models.SET_NULL, related_name="trajectories")
+    task_key = models.CharField(max_length=200, help_text="The task's id as the producer named it.")
+    checkpoint = models.ForeignKey("runs.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    step = models.IntegerField(default=0)
+    group_id = models.CharField(max_length=64, blank=True)
+    sample_index = models.PositiveIntegerField(default=0)
+    turns = models.JSONField(default=list)
+    tool_calls = models.JSONField(default=list, blank=True)
+    reward = models.FloatField(null=True, blank=True, help_text="Null when the verifier failed (never 0 for an error).")
+    components = models.JSONField(default=dict, blank=True)
+    advantage = models.FloatField(null=True, blank=True)
+    passed = models.BooleanField(default=False)
+    failure_bucket = models.CharField(max_length=32, blank=True, choices=BUCKET_CHOICES)
+    flags = models.JSONField(default=list, blank=True)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+    latency_ms = models.FloatField(null=True, blank=True)
+    source = models.CharField(max_length=16, default="run", help_text="run or production.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "step", "task_key", "sample_index"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step", "task_key", "sample_index"], name="uniq_trajectory_sample")
+        ]
+        indexes = [
+            models.Index(fields=["run", "step"]),
+            models.Index(fields=["run", "failure_bucket"]),
+            models.Index(fields=["run", "reward"]),
+            models.Index(fields=["project", "source", "-created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_key}#{self.sample_index}@{self.step}"
+
+
+class Verdict(models.TextChoices):
+    AGREE = "agree", "Agree with the verifier"
+    DISAGREE = "disagree", "Disagree with the verifier"
+
+
+class Review(models.Model):
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="reviews")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="reviews")
+    verdict = models.CharField(max_length=16, choices=Verdict.choices)
+    failure_bucket = models.CharField(max_length=32, blank=True, choices=BUCKET_CHOICES)
+    note = models.TextField(blank=True)
+    corrected_output = models.TextField(blank=True, help_text="What the model should have answered.")
+    preferred_over = models.ForeignKey(
+        Trajectory, null=True, blank=True, on_delete=models.SET_NULL, related_name="dispreferred_in",
+        help_text="For preference pairs (DPO): this trajectory is preferred over that one.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["trajectory", "reviewer"], name="uniq_review_per_reviewer")]

@@ -1,0 +1,1 @@
+"""Verifiers: a name and a kind, with an immutable version per configuration change."""
