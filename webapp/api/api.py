@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
 from ninja import NinjaAPI
+from ninja.responses import Status
 from ninja.errors import HttpError
 
 from webapp.api.auth import API_AUTH
@@ -50,7 +51,7 @@ def create_job(request, slug: str, body: JobIn):
     if body.kind not in DIRECT_JOB_KINDS:
         raise HttpError(400, f"Job kind {body.kind!r} cannot be started directly; allowed: {sorted(DIRECT_JOB_KINDS)}. "
                              "Start training and evaluation jobs by creating a run.")
-    return 201, job_create(project=project, kind=body.kind, payload=body.payload)
+    return Status(201, job_create(project=project, kind=body.kind, payload=body.payload))
 
 
 @api.get("/jobs/{job_id}", response=JobOut, tags=["jobs"])
@@ -64,7 +65,7 @@ def cancel_job(request, job_id: int):
     try:
         return job_request_cancel(job=job)
     except ValueError as exc:
-        return 409, ErrorOut(detail=str(exc))
+        return Status(409, ErrorOut(detail=str(exc)))
 
 
 
