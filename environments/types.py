@@ -61,7 +61,7 @@ class ToolSpec:
         """Accept our own dicts, chat-completions tools and Responses-API tools."""
         if "function" in data:  # chat-completions {"type": "function", "function": {...}}
             fn = data["function"]
-            return cls(fn["name"], fn.get("description", ""), fn.get("parameters") or {})
+            data = {**fn, **{k: v for k, v in data.items() if k in ("writes", "destructive", "operation_type")}}
         writes = data.get("writes", data.get("operation_type") == "write")
         return cls(
             name=data["name"],

@@ -6,12 +6,15 @@ import logging
 
 from celery import shared_task
 
+from workers import registration  # noqa: F401  (connects the worker registration signals)
+
 logger = logging.getLogger(__name__)
 
 
 @shared_task(name="workers.tasks.execute_job", ignore_result=True)
 def execute_job(job_id: int) -> None:
     """Claim and run one job. A duplicate message finds the job claimed and does nothing."""
+    from workers import training_process  # noqa: F401  (registers the eval/sft/grpo/dpo handlers)
     from workers.runner import run_job
 
     run_job(job_id)

@@ -44,6 +44,7 @@ def start_worker(queue: str, log_path: Path, *, lease_seconds: int = 8, extra_en
         "DJANGO_SETTINGS_MODULE": "webapp.config.settings.test",
         "DATABASE_URL": database_url_for_subprocess(),
         "CRUCIBLE_JOB_LEASE_SECONDS": str(lease_seconds),
+        "CRUCIBLE_WORKER_HEARTBEAT_SECONDS": "1",
         **(extra_env or {}),
     })
     log = open(log_path, "w")  # noqa: SIM115 - kept open for the worker's lifetime

@@ -58,3 +58,14 @@ def test_running_job_is_cancelled_through_its_heartbeat(project_team, live_worke
     done = _final(job.pk, timeout=30)
     assert done.state == JobState.CANCELLED
     assert done.progress < 1.0
+
+
+def test_worker_registers_itself(live_worker):
+    from webapp.runs.models import WorkerNode
+    from webapp.runs.services.workers import workers_alive
+
+    node = wait_for(lambda: WorkerNode.objects.filter(name__startswith=f"test-{live_worker.queue}@").first(),
+                    what="worker registration")
+    assert node.queues == [live_worker.queue]
+    assert node.pid == live_worker.proc.pid
+    assert node in workers_alive()

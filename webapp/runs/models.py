@@ -191,3 +191,23 @@ class AliasMove(models.Model):
 
     class Meta:
         ordering = ["-moved_at", "-id"]
+
+
+class WorkerNode(models.Model):
+    """A Celery worker process that announced itself, so the UI can show who is alive."""
+
+    name = models.CharField(max_length=255, unique=True, help_text="Celery node name, e.g. gpu@host-3.")
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField(default=0)
+    queues = models.JSONField(default=list)
+    concurrency = models.PositiveIntegerField(default=1)
+    gpus = models.JSONField(default=list, blank=True, help_text="[{name, memory_mb}] when GPUs are present.")
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -22,6 +22,7 @@ class Trajectory(models.Model):
     task_key = models.CharField(max_length=200, help_text="The task's id as the producer named it.")
     checkpoint = models.ForeignKey("runs.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     step = models.IntegerField(default=0)
+    split = models.CharField(max_length=32, default="train", help_text="train, validation, held_out or production.")
     group_id = models.CharField(max_length=64, blank=True)
     sample_index = models.PositiveIntegerField(default=0)
     turns = models.JSONField(default=list)
@@ -52,6 +53,46 @@ class Trajectory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_key}#{self.sample_index}@{self.step}"
+
+
+class StepRollup(models.Model):
+    """Per (run, step, split) aggregates, updated as trajectories land, so charts never scan trajectories."""
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="rollups")
+    step = models.IntegerField()
+    split = models.CharField(max_length=32)
+    count = models.PositiveIntegerField(default=0)
+    scored = models.PositiveIntegerField(default=0, help_text="Trajectories with a reward (not verifier errors).")
+    reward_sum = models.FloatField(default=0.0)
+    reward_min = models.FloatField(null=True, blank=True)
+    reward_max = models.FloatField(null=True, blank=True)
+    passed = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "step", "split"], name="uniq_step_rollup")]
+
+    @property
+    def reward_mean(self) -> float | None:
+        return self.reward_sum / self.scored if self.scored else None
+
+    @property
+    def pass_rate(self) -> float | None:
+        return self.passed / self.count if self.count else None
+
+
+class BucketRollup(models.Model):
+    """Failure-bucket counts per (run, step, split), maintained with StepRollup."""
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="bucket_rollups")
+    step = models.IntegerField()
+    split = models.CharField(max_length=32)
+    bucket = models.CharField(max_length=32)
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step", "split", "bucket"], name="uniq_bucket_rollup")
+        ]
 
 
 class Verdict(models.TextChoices):
