@@ -96,6 +96,7 @@ class JsonToolCallEnvironment(Environment):
     name: ClassVar[str] = "json_tool_call"
     version: ClassVar[str] = "1"
     description: ClassVar[str] = "One request, a few tools; the answer is exactly one JSON tool call."
+    single_step: ClassVar[bool] = True
 
     def tools(self, task: Task) -> list[ToolSpec]:
         return task.tool_specs()

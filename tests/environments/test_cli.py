@@ -150,13 +150,37 @@ def test_generate_workplace_tasks(tmp_path: Path) -> None:
     assert len(tasks) == 20 and all(t["ground_truth"] for t in tasks)
 
 
-def test_score_nemo_gym_rollouts_with_state() -> None:
+def _ground_truth_as_rollout(row: dict) -> dict:
+    """A NeMo Gym rollout row whose response makes exactly the task's ground-truth calls."""
+    output = [
+        {"type": "function_call", "name": call["name"], "arguments": call["arguments"], "call_id": f"c{i}"}
+        for i, call in enumerate(row["ground_truth"])
+    ]
+    return {**row, "response": {"output": output}}
+
+
+def test_score_ground_truth_rollouts_with_nemo_gym_state(tmp_path: Path) -> None:
     pytest.importorskip("environments.workplace")
-    pytest.importorskip("environments.nemo_gym")
+    rows_file = FIXTURES / "rows" / "example.jsonl"
+    if not rows_file.is_file():
+        pytest.skip("NeMo Gym fixtures are not beside the checkout")
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines() if line.strip()]
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_text("".join(json.dumps(_ground_truth_as_rollout(r)) + "\n" for r in rows))
+    proc = run_cli("score", "--env", "workplace", "--state", str(FIXTURES / "csv"), str(rollouts))
+    assert proc.returncode == 0, proc.stderr
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(results) == len(rows)
+    assert all(r["reward"] == 1.0 and r["passed"] for r in results), results
+    assert "pass rate" in proc.stderr.lower()
+
+
+def test_rollouts_without_ground_truth_are_verifier_errors_not_zeros() -> None:
+    pytest.importorskip("environments.workplace")
     rollouts = FIXTURES / "rows" / "example_rollouts.jsonl"
     if not rollouts.is_file():
         pytest.skip("NeMo Gym fixtures are not beside the checkout")
     proc = run_cli("score", "--env", "workplace", "--state", str(FIXTURES / "csv"), str(rollouts))
     assert proc.returncode == 0, proc.stderr
     results = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert results and all(r["reward"] in (0.0, 1.0) for r in results)
+    assert results and all(r["reward"] is None and r["failure_bucket"] == "verifier_error" for r in results)

@@ -1,0 +1,240 @@
+"""HF generate engine: padding, masks, stop handling and log-probs that match the trainer's."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from training.models import tiny_llama
+from training.rollout import (
+    HFGenerateEngine,
+    SamplingParams,
+    cut_at_stop,
+    left_pad,
+    stop_token_ids,
+)
+
+CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+PROMPTS = [CHAT.format("hi"), CHAT.format("please list every open ticket for the sales team")]
+
+
+def teacher_forced_logprobs(model, prompt_ids, completion_ids, temperature):
+    """What the trainer computes: log_softmax(logits / T) of each completion token."""
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt_ids) - 1 : -1]  # (T, V)
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(1, torch.tensor(completion_ids)[:, None]).squeeze(1)
+
+
+def eos_biased_model(tokenizer, bias: float):
+    """A tiny model whose head favours EOS, so completions stop at varied lengths."""
+    model = tiny_llama(tokenizer, seed=3)
+    head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(model.lm_head.weight)
+        head.bias.zero_()
+        head.bias[tokenizer.eos_token_id] = bias
+    model.lm_head = head
+    return model
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"temperature": -0.1}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"n": 0}, "n"),
+    ],
+)
+def test_sampling_params_reject_bad_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("ids", "expected_ids", "reason"),
+    [
+        ([5, 6, 2, 2, 2], [5, 6, 2], "stop"),
+        ([2, 7], [2], "stop"),
+        ([5, 6, 7], [5, 6, 7], "length"),
+        ([5, 0, 6], [5, 0], "stop"),
+    ],
+)
+def test_cut_at_stop_keeps_the_first_stop_token(ids, expected_ids, reason):
+    logprobs = [-float(i) for i in range(len(ids))]
+    kept, kept_lp, finish = cut_at_stop(ids, logprobs, {0, 2})
+    assert (kept, finish) == (expected_ids, reason)
+    assert kept_lp == logprobs[: len(kept)]
+
+
+def test_left_pad_mask_comes_from_lengths_not_pad_id(tokenizer):
+    eos = tokenizer.eos_token_id
+    assert tokenizer.pad_token_id == eos  # the SmolLM2 case this guards against
+    ids, mask = left_pad([[7, eos, 8], [eos]], pad_id=eos, device="cpu")
+    assert ids.tolist() == [[7, eos, 8], [eos, eos, eos]]
+    assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+def test_stop_tokens_include_tokenizer_and_generation_config_eos(tokenizer, tiny_model):
+    assert stop_token_ids(tokenizer, tiny_model) == [tokenizer.eos_token_id]
+
+
+@pytest.mark.parametrize("share_prefill", [True, False])
+def test_logprobs_match_teacher_forcing_with_left_padding(tokenizer, tiny_model, share_prefill):
+    engine = HFGenerateEngine(tiny_model, tokenizer, share_prefill=share_prefill)
+    params = SamplingParams(temperature=0.7, max_new_tokens=8, n=2, seed=11)
+    groups = engine.generate(PROMPTS, params)
+    assert [len(g) for g in groups] == [2, 2]
+    for group in groups:
+        for gen in group:
+            assert len(gen.completion_ids) == len(gen.logprobs) == 8
+            expected = teacher_forced_logprobs(tiny_model, gen.prompt_ids, gen.completion_ids, 0.7)
+            torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-4, rtol=0)
+
+
+def test_shared_prefill_samples_the_same_tokens(tokenizer, tiny_model):
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, n=3, seed=5)
+    shared = HFGenerateEngine(tiny_model, tokenizer, share_prefill=True).generate(PROMPTS, params)
+    plain = HFGenerateEngine(tiny_model, tokenizer, share_prefill=False).generate(PROMPTS, params)
+    assert [[g.completion_ids for g in group] for group in shared] == [
+        [g.completion_ids for g in group] for group in plain
+    ]
+    assert len({tuple(g.completion_ids) for g in shared[1]}) > 1  # n samples really differ
+
+
+def test_greedy_is_the_argmax_path_and_ignores_n(tokenizer, tiny_model):
+    engine = HFGenerateEngine(tiny_model, tokenizer)
+    (group,) = engine.generate([PROMPTS[1]], SamplingParams(temperature=0, max_new_tokens=5, n=2))
+    assert group[0].completion_ids == group[1].completion_ids
+    ids = list(group[0].prompt_ids)
+    for token in group[0].completion_ids:
+        with torch.no_grad():
+            assert int(tiny_model(torch.tensor([ids])).logits[0, -1].argmax()) == token
+        ids.append(token)
+    expected = teacher_forced_logprobs(
+        tiny_model, group[0].prompt_ids, group[0].completion_ids, 1.0
+    )
+    torch.testing.assert_close(torch.tensor(group[0].logprobs), expected, atol=1e-4, rtol=0)
+
+
+def test_completions_stop_at_the_first_eos_and_keep_it(tokenizer):
+    model = eos_biased_model(tokenizer, bias=11.0)
+    engine = HFGenerateEngine(model, tokenizer)
+    groups = engine.generate(
+        PROMPTS, SamplingParams(temperature=1.0, max_new_tokens=12, n=8, seed=0)
+    )
+    gens = [g for group in groups for g in group]
+    eos = tokenizer.eos_token_id
+    stopped = [g for g in gens if g.finish_reason == "stop"]
+    assert stopped and len({len(g.completion_ids) for g in stopped}) > 1
+    for gen in gens:
+        assert eos not in gen.completion_ids[:-1]
+        assert (gen.completion_ids[-1] == eos) == (gen.finish_reason == "stop")
+        assert gen.finish_reason == "stop" or len(gen.completion_ids) == 12
+        assert "<|im_end|>" not in gen.text
+        expected = teacher_forced_logprobs(model, gen.prompt_ids, gen.completion_ids, 1.0)
+        torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-4, rtol=0)
+    assert all(g.latency_ms > 0 for g in gens)
+
+
+def test_seed_reproduces_samples_without_touching_global_rng(tokenizer, tiny_model):
+    engine = HFGenerateEngine(tiny_model, tokenizer)
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, n=2, seed=42)
+    before = torch.get_rng_state()
+    first = engine.generate(PROMPTS, params)
+    assert torch.equal(torch.get_rng_state(), before)
+    second = engine.generate(PROMPTS, params)
+    other = engine.generate(
+        PROMPTS, SamplingParams(temperature=1.0, max_new_tokens=6, n=2, seed=43)
+    )
+    ids = [[g.completion_ids for g in group] for group in first]
+    assert ids == [[g.completion_ids for g in group] for group in second]
+    assert ids != [[g.completion_ids for g in group] for group in other]
+
+
+def test_generation_restores_training_mode(tokenizer):
+    model = tiny_llama(tokenizer).train()
+    HFGenerateEngine(model, tokenizer).generate(PROMPTS[:1], SamplingParams(max_new_tokens=2))
+    assert model.training
+
+
+def test_sync_weights_makes_generation_follow_the_new_model(tokenizer, tiny_model):
+    engine = HFGenerateEngine(tiny_model, tokenizer)
+    params = SamplingParams(temperature=0, max_new_tokens=6)
+    before = engine.generate(PROMPTS, params)
+    engine.sync_weights(tiny_llama(tokenizer, seed=9))
+    after = engine.generate(PROMPTS, params)
+    assert [g[0].completion_ids for g in before] != [g[0].completion_ids for g in after]
+
+
+def test_empty_prompt_is_rejected(tokenizer, tiny_model):
+    with pytest.raises(ValueError, match="empty prompt"):
+        HFGenerateEngine(tiny_model, tokenizer).generate_ids([[]], SamplingParams())
+
+
+def test_base_state_dict_strips_lora_and_loads_into_a_plain_model(tokenizer):
+    from training.models import apply_lora
+    from training.vllm_backend import base_state_dict
+
+    base = tiny_llama(tokenizer, seed=6)
+    original = {k: v.clone() for k, v in base.state_dict().items()}
+    weights = base_state_dict(apply_lora(base, r=4, alpha=8))
+    fresh = tiny_llama(tokenizer, seed=7)
+    fresh.load_state_dict(weights, strict=True)
+    for key, value in fresh.state_dict().items():
+        assert torch.equal(value, original[key]), key
+
+
+def _vllm_available() -> bool:
+    return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _vllm_available(), reason="needs a CUDA device and vllm (the gpu extra)")
+def test_vllm_outputs_change_after_sync_and_logprobs_match_trainer(tokenizer):
+    from training.models import apply_lora
+    from training.vllm_backend import VLLMEngine
+
+    model = apply_lora(tiny_llama(tokenizer, seed=1, hidden_size=128), r=8, alpha=16)
+    engine = VLLMEngine.from_model(model, tokenizer, dtype="float32", gpu_memory_utilization=0.3)
+    sampled = engine.generate(
+        PROMPTS, SamplingParams(temperature=0.8, max_new_tokens=16, n=4, seed=0)
+    )
+    for gen in (g for group in sampled for g in group):
+        expected = teacher_forced_logprobs(model, gen.prompt_ids, gen.completion_ids, 0.8)
+        torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=5e-3, rtol=0)
+
+    greedy = SamplingParams(temperature=0, max_new_tokens=16)
+    before = [g[0].completion_ids for g in engine.generate(PROMPTS, greedy)]
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    assert [
+        g[0].completion_ids for g in engine.generate(PROMPTS, greedy)
+    ] == before  # not synced yet
+    engine.sync_weights(model)
+    after = engine.generate(PROMPTS, greedy)
+    assert [g[0].completion_ids for g in after] != before
+    for gen in (group[0] for group in after):
+        expected = teacher_forced_logprobs(model, gen.prompt_ids, gen.completion_ids, 1.0)
+        torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=5e-3, rtol=0)
+
+
+def test_lora_model_generates_with_shared_prefill_and_matching_logprobs(tokenizer):
+    from training.models import apply_lora
+
+    model = apply_lora(tiny_llama(tokenizer, seed=2), r=4, alpha=8)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.2)
+    engine = HFGenerateEngine(model, tokenizer)
+    groups = engine.generate(PROMPTS, SamplingParams(temperature=0.9, max_new_tokens=6, n=2, seed=3))
+    for gen in (g for group in groups for g in group):
+        expected = teacher_forced_logprobs(model, gen.prompt_ids, gen.completion_ids, 0.9)
+        torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-4, rtol=0)

@@ -1,0 +1,338 @@
+"""One generation interface, two backends: HF generate (here) and vLLM (vllm_backend.py).
+
+Every backend returns, per completion, the token ids, the text, and the log-probability of
+each generated token under `log_softmax(logits / temperature)`: the same quantity the trainer
+computes, so `logp_old` for the GRPO ratio can come straight from generation when the policy
+has not changed since.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+
+from training.models import autocast_context
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. temperature 0 means greedy; n completions per prompt."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    n: int = 1
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.n < 1:
+            raise ValueError(f"n (completions per prompt) must be >= 1, got {self.n}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def logprob_temperature(self) -> float:
+        """The temperature log-probs are computed at: the sampling one, 1 for greedy."""
+        return 1.0 if self.greedy else self.temperature
+
+
+@dataclass
+class Generation:
+    """One completion of one prompt.
+
+    completion_ids ends at (and includes) the first stop token when finish_reason is "stop";
+    logprobs[i] is the log-probability of completion_ids[i] at the sampling temperature.
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    text: str
+    logprobs: list[float]
+    finish_reason: FinishReason
+    latency_ms: float
+
+
+class RolloutEngine(Protocol):
+    """What the trainer and the agent loop need from a generator."""
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
+        """params.n generations for each prompt text, in prompt order."""
+        ...
+
+    def generate_ids(
+        self, prompt_ids: list[list[int]], params: SamplingParams
+    ) -> list[list[Generation]]:
+        """The same from token ids (multi-turn episodes extend their own token sequence)."""
+        ...
+
+    def sync_weights(self, model: Any) -> None:
+        """Make the generator sample from `model`'s current weights."""
+        ...
+
+
+def stop_token_ids(tokenizer: Any, model: Any = None) -> list[int]:
+    """Tokens that end a completion: the tokenizer's EOS plus the generation config's."""
+    ids: list[int] = []
+    candidates: list[Any] = [tokenizer.eos_token_id]
+    generation = getattr(model, "generation_config", None)
+    if generation is not None:
+        candidates.append(generation.eos_token_id)
+    for value in candidates:
+        for token in value if isinstance(value, (list, tuple)) else [value]:
+            if token is not None and token not in ids:
+                ids.append(int(token))
+    if not ids:
+        raise ValueError("the tokenizer defines no EOS token, so completions could never stop")
+    return ids
+
+
+def cut_at_stop(
+    ids: Sequence[int], logprobs: Sequence[float], stops: set[int]
+) -> tuple[list[int], list[float], FinishReason]:
+    """Keep everything up to and including the first stop token (later tokens are padding)."""
+    for i, token in enumerate(ids):
+        if token in stops:
+            return list(ids[: i + 1]), list(logprobs[: i + 1]), "stop"
+    return list(ids), list(logprobs), "length"
+
+
+class _TokenLogprobRecorder(LogitsProcessor):
+    """Records log p(chosen token) from the raw logits at each step, one step late.
+
+    generate passes custom processors the logits before temperature / top-p warping. The token
+    sampled at step t is only known at step t+1 (the last column of input_ids), so each call
+    gathers the previous step's log-probs and keeps this step's for the next call: memory stays
+    at one (batch, vocab) tensor instead of one per generated token. It also notes when each
+    row first emitted a stop token, for per-completion latency.
+    """
+
+    def __init__(self, temperature: float, stops: Sequence[int], start: float) -> None:
+        self.temperature = temperature
+        self.stops = torch.tensor(list(stops))
+        self.start = start
+        self.pending: torch.Tensor | None = None  # (N, V) log-probs of the last step
+        self.gathered: list[torch.Tensor] = []  # per step: (N,)
+        self.finished_at: torch.Tensor | None = None  # (N,) seconds, nan while running
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.finished_at is None:
+            self.finished_at = torch.full((input_ids.shape[0],), float("nan"))
+        else:
+            self._collect(input_ids[:, -1])
+        self.pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)  # (N, V)
+        return scores
+
+    def _collect(self, chosen: torch.Tensor) -> None:
+        assert self.pending is not None and self.finished_at is not None
+        self.gathered.append(self.pending.gather(1, chosen[:, None]).squeeze(1).cpu())
+        stopped = torch.isin(chosen.cpu(), self.stops) & self.finished_at.isnan()
+        self.finished_at[stopped] = time.perf_counter() - self.start
+
+    def finish(self, last_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, T) log-probs and (N,) finish times in seconds, once generation returned."""
+        if self.pending is None or self.finished_at is None:
+            raise RuntimeError("generate produced no tokens")
+        self._collect(last_tokens)
+        self.pending = None
+        elapsed = time.perf_counter() - self.start
+        return torch.stack(self.gathered, dim=1), self.finished_at.nan_to_num(elapsed)
+
+
+def _cache_kwarg(model: Any) -> str:
+    """transformers renamed forward's `past_key_values` to `cache`; use whichever it takes."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return (
+        "cache"
+        if "cache" in inspect.signature(type(base).forward).parameters
+        else "past_key_values"
+    )
+
+
+def left_pad(
+    sequences: Sequence[Sequence[int]], pad_id: int, device: str | torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L) ids left-padded with pad_id, and the attention mask built from the lengths."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        if seq:
+            ids[row, width - len(seq) :] = torch.tensor(list(seq), dtype=torch.long)
+            mask[row, width - len(seq) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Positions counting real tokens only (left padding gets position 0), as generate does."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class HFGenerateEngine:
+    """Batched `model.generate` with left padding, explicit masks and shared prompt prefill.
+
+    With n > 1 the prompts are encoded once: a forward pass fills the KV cache for the B
+    prompts, the cache is repeated n times, and generate continues from it, so the prompt is
+    not recomputed for each of the n samples.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        device: str | torch.device = "cpu",
+        *,
+        autocast: bool = False,
+        share_prefill: bool = True,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.autocast = autocast
+        self.share_prefill = share_prefill
+        self.stops = stop_token_ids(tokenizer, model)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else self.stops[0]
+
+    def sync_weights(self, model: Any) -> None:
+        """HF generate samples from the live training model, so syncing is pointing at it."""
+        self.model = model
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
+        encoded = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        return self.generate_ids(encoded, params)
+
+    def generate_ids(
+        self, prompt_ids: list[list[int]], params: SamplingParams
+    ) -> list[list[Generation]]:
+        if not prompt_ids:
+            return []
+        if any(not ids for ids in prompt_ids):
+            raise ValueError("every prompt needs at least one token; got an empty prompt")
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad(), _seeded(params.seed, self.device):
+                completions, logprobs, seconds = self._sample(prompt_ids, params)
+        finally:
+            self.model.train(was_training)
+        return self._package(prompt_ids, params, completions, logprobs, seconds)
+
+    def _sample(
+        self, prompt_ids: list[list[int]], params: SamplingParams
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B*n, T) generated ids, their (B*n, T) log-probs and (B*n,) finish times."""
+        ids, mask = left_pad(prompt_ids, self.pad_id, self.device)  # (B, L)
+        n = params.n
+        start = time.perf_counter()
+        recorder = _TokenLogprobRecorder(params.logprob_temperature, self.stops, start)
+        extra: dict[str, Any] = {}
+        with autocast_context(self.device, self.autocast):
+            if n > 1 and self.share_prefill and ids.shape[1] > 1:
+                extra[_cache_kwarg(self.model)] = self._prefill(ids, mask, n)
+            out = self.model.generate(
+                input_ids=ids.repeat_interleave(n, dim=0),  # (B*n, L)
+                attention_mask=mask.repeat_interleave(n, dim=0),
+                generation_config=self._generation_config(params),
+                logits_processor=LogitsProcessorList([recorder]),
+                **extra,
+            )
+        sequences = out if isinstance(out, torch.Tensor) else out.sequences  # (B*n, L+T)
+        completions = sequences[:, ids.shape[1] :].cpu()  # (B*n, T)
+        logprobs, seconds = recorder.finish(completions[:, -1])
+        return completions, logprobs, seconds
+
+    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int) -> Any:
+        """The KV cache of all prompt tokens but the last, repeated n times per prompt.
+
+        generate then feeds only the uncached last token, with positions computed from the
+        full attention mask exactly as here.
+        """
+        head, head_mask = ids[:, :-1], mask[:, :-1]  # (B, L-1)
+        out = self.model(
+            input_ids=head,
+            attention_mask=head_mask,
+            position_ids=position_ids_from_mask(head_mask),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = getattr(out, "cache", None) or out.past_key_values
+        cache.batch_repeat_interleave(n)
+        return cache
+
+    def _generation_config(self, params: SamplingParams) -> GenerationConfig:
+        """Only what we ask for: no processors from the model's own generation config."""
+        sampling: dict[str, Any] = {"do_sample": False}
+        if not params.greedy:
+            sampling = {
+                "do_sample": True,
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "top_k": 0,
+            }
+        return GenerationConfig(
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=self.stops,
+            pad_token_id=self.pad_id,
+            use_cache=True,
+            **sampling,
+        )
+
+    def _package(
+        self,
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+        completions: torch.Tensor,
+        logprobs: torch.Tensor,
+        seconds: torch.Tensor,
+    ) -> list[list[Generation]]:
+        stops = set(self.stops)
+        results: list[list[Generation]] = []
+        for p, prompt in enumerate(prompt_ids):
+            group = []
+            for row in range(p * params.n, (p + 1) * params.n):
+                ids, lps, reason = cut_at_stop(
+                    completions[row].tolist(), logprobs[row].tolist(), stops
+                )
+                group.append(
+                    Generation(
+                        prompt_ids=list(prompt),
+                        completion_ids=ids,
+                        text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                        logprobs=lps,
+                        finish_reason=reason,
+                        latency_ms=float(seconds[row]) * 1000.0,
+                    )
+                )
+            results.append(group)
+        return results
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Seed torch's RNG for one call and restore the caller's RNG state afterwards.
+
+    Without a seed the global RNG is used as is, so a seeded training run stays reproducible.
+    """
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
