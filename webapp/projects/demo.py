@@ -51,6 +51,10 @@ def demo_seed(*, owner) -> Project:
         environment="workplace", description=f"{DEMO_TASKS} generated workplace tasks (seed 0).",
     )
     verifier_create(
+        project=project, name="workplace end state", kind="workplace", config={"mode": "lenient"}, actor=owner,
+        description="Replays the calls in a fresh sandbox and compares the end state with the ground truth's.",
+    )
+    verifier_create(
         project=project, name="exact tool call", kind="json_tool_call", config={"mode": "lenient"}, actor=owner,
         description="Passes when the answer is exactly one call of the right tool with the right arguments.",
     )
