@@ -7,6 +7,7 @@ lease and notices cancel requests and lost leases, so a handler never has to.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
@@ -72,6 +73,15 @@ class JobContext:
 
 Handler = Callable[[JobContext], None]
 HANDLERS: dict[str, Handler] = {}
+# Modules whose @handler functions serve the other job kinds (imported on first use,
+# after Django is set up).
+HANDLER_MODULES = ("workers.training_process", "workers.verification_jobs")
+
+
+def load_handlers() -> dict[str, Handler]:
+    for module in HANDLER_MODULES:
+        importlib.import_module(module)
+    return HANDLERS
 
 
 def handler(kind: str) -> Callable[[Handler], Handler]:
@@ -98,6 +108,7 @@ def run_noop(ctx: JobContext) -> None:
 
 def run_job(job_id: int, *, worker: str | None = None) -> str:
     """Claim and execute one job; returns the outcome (for logs and tests)."""
+    load_handlers()
     close_old_connections()
     job = job_services.job_claim(job_id=job_id, worker=worker or worker_name())
     if job is None:

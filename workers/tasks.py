@@ -14,7 +14,6 @@ logger = logging.getLogger(__name__)
 @shared_task(name="workers.tasks.execute_job", ignore_result=True)
 def execute_job(job_id: int) -> None:
     """Claim and run one job. A duplicate message finds the job claimed and does nothing."""
-    from workers import training_process  # noqa: F401  (registers the eval/sft/grpo/dpo handlers)
     from workers.runner import run_job
 
     run_job(job_id)

@@ -6,7 +6,12 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
-from webapp.projects.access import for_user, get_object_or_404_for_user, get_project_or_404, has_role
+from webapp.projects.access import (
+    for_user,
+    get_object_or_404_for_user,
+    get_project_or_404,
+    has_role,
+)
 from webapp.runs.models import Job
 from webapp.runs.services.jobs import job_create
 

@@ -135,7 +135,7 @@ def test_two_workers_racing_for_one_job_exactly_one_wins(project_team):
         barrier = threading.Barrier(4)
         results: list = []
 
-        def contender(name: str) -> None:
+        def contender(name: str, barrier=barrier, results=results) -> None:
             from django.db import connection as thread_connection
 
             try:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
 from ninja import NinjaAPI
-from ninja.responses import Status
 from ninja.errors import HttpError
+from ninja.responses import Status
 
 from webapp.api.auth import API_AUTH
 from webapp.api.schemas import ErrorOut, JobIn, JobOut, ProjectOut
+from webapp.api.trajectories import router as trajectories_router
 from webapp.projects.access import for_user, get_object_or_404_for_user, get_project_or_404, role_in
 from webapp.projects.models import Role
 from webapp.projects.selectors import project_list_for_user
@@ -16,6 +17,7 @@ from webapp.runs.models import Job
 from webapp.runs.services.jobs import job_create, job_request_cancel
 
 api = NinjaAPI(title="Crucible API", version="1", auth=API_AUTH, urls_namespace="api")
+api.add_router("/", trajectories_router)
 
 # Job kinds a script may start directly; training kinds are started through runs.
 DIRECT_JOB_KINDS = {"noop"}

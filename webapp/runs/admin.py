@@ -1,6 +1,14 @@
 from django.contrib import admin
 
-from webapp.runs.models import AliasMove, Checkpoint, CheckpointAlias, Job, MetricPoint, ModelSpec, Run
+from webapp.runs.models import (
+    AliasMove,
+    Checkpoint,
+    CheckpointAlias,
+    Job,
+    MetricPoint,
+    ModelSpec,
+    Run,
+)
 
 
 @admin.register(ModelSpec)

@@ -25,6 +25,14 @@ class Trajectory(models.Model):
     split = models.CharField(max_length=32, default="train", help_text="train, validation, held_out or production.")
     group_id = models.CharField(max_length=64, blank=True)
     sample_index = models.PositiveIntegerField(default=0)
+    task_snapshot = models.JSONField(
+        null=True, blank=True,
+        help_text="The task as the producer sent it (production trajectories have no dataset task).",
+    )
+    verifier_version = models.ForeignKey(
+        "verifiers.VerifierVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The verifier version that produced reward and bucket.",
+    )
     turns = models.JSONField(default=list)
     tool_calls = models.JSONField(default=list, blank=True)
     reward = models.FloatField(null=True, blank=True, help_text="Null when the verifier failed (never 0 for an error).")
@@ -93,6 +101,38 @@ class BucketRollup(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "step", "split", "bucket"], name="uniq_bucket_rollup")
         ]
+
+
+class Rescore(models.Model):
+    """One re-verification of stored trajectories with another verifier version."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="rescores")
+    run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="rescores")
+    verifier_version = models.ForeignKey("verifiers.VerifierVersion", on_delete=models.PROTECT, related_name="rescores")
+    job = models.ForeignKey("runs.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    summary = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+
+class RescoreResult(models.Model):
+    """The new verdict for one trajectory; the trajectory's own scores are never changed."""
+
+    rescore = models.ForeignKey(Rescore, on_delete=models.CASCADE, related_name="results")
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="rescores")
+    reward = models.FloatField(null=True, blank=True)
+    passed = models.BooleanField(default=False)
+    failure_bucket = models.CharField(max_length=32, blank=True)
+    components = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    disagrees = models.BooleanField(default=False, help_text="Pass/fail or reward differs from the stored verdict.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["rescore", "trajectory"], name="uniq_rescore_result")]
+        indexes = [models.Index(fields=["rescore", "disagrees"])]
 
 
 class Verdict(models.TextChoices):

@@ -1,8 +1,8 @@
 """The embedded default for one person on one machine: DEBUG on, a generated key."""
 
+from webapp.config.env import env_bool
 from webapp.config.settings.base import *  # noqa: F403
 from webapp.config.settings.base import DATA_DIR, SECRET_KEY
-from webapp.config.env import env_bool
 
 DEBUG = env_bool("DEBUG", True)
 

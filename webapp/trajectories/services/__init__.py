@@ -1,0 +1,1 @@
+"""Writes for trajectories: production logging, verification, re-scoring, turning failures into evals."""
