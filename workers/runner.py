@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import close_old_connections
 
-from webapp.runs.models import Job
+from webapp.runs.models import Job, Run
 from webapp.runs.services import jobs as job_services
 
 logger = logging.getLogger(__name__)
@@ -122,10 +122,25 @@ def run_job(job_id: int, *, worker: str | None = None) -> str:
     beat = _Heartbeater(ctx, interval=max(1.0, settings.CRUCIBLE_JOB_LEASE_SECONDS / 4))
     beat.start()
     try:
-        return _execute(ctx, job)
+        outcome = _execute(ctx, job)
     finally:
         beat.stop()
-        close_old_connections()
+    _advance_pipeline(job)
+    close_old_connections()
+    return outcome
+
+
+def _advance_pipeline(job: Job) -> None:
+    """If the job's run is an experiment stage, start the next stage now (the sweep is the fallback)."""
+    experiment_id = Run.objects.filter(pk=job.run_id).values_list("experiment_id", flat=True).first()
+    if experiment_id is None:
+        return
+    from webapp.runs.services.experiments import experiment_advance
+
+    try:
+        experiment_advance(experiment_id=experiment_id)
+    except Exception:  # the periodic sweep retries; never fail the finished job over it
+        logger.exception("could not advance experiment %s", experiment_id)
 
 
 def _execute(ctx: JobContext, job: Job) -> str:

@@ -28,3 +28,11 @@ def reap_expired_jobs() -> dict:
     if report.requeued or report.failed or report.cancelled:
         logger.warning("reaper: requeued=%s failed=%s cancelled=%s", report.requeued, report.failed, report.cancelled)
     return {"requeued": report.requeued, "failed": report.failed, "cancelled": report.cancelled}
+
+
+@shared_task(name="workers.tasks.advance_experiments", ignore_result=True)
+def advance_experiments() -> int:
+    """Periodic (celery beat): move every running experiment pipeline forward if a stage finished."""
+    from webapp.runs.services.experiments import experiments_advance_all
+
+    return experiments_advance_all()

@@ -8,6 +8,7 @@ from ninja.errors import HttpError
 from ninja.responses import Status
 
 from webapp.api.auth import API_AUTH
+from webapp.api.experiments import router as experiments_router
 from webapp.api.schemas import ErrorOut, JobIn, JobOut, ProjectOut
 from webapp.api.trajectories import router as trajectories_router
 from webapp.projects.access import for_user, get_object_or_404_for_user, get_project_or_404, role_in
@@ -18,6 +19,7 @@ from webapp.runs.services.jobs import job_create, job_request_cancel
 
 api = NinjaAPI(title="Crucible API", version="1", auth=API_AUTH, urls_namespace="api")
 api.add_router("/", trajectories_router)
+api.add_router("/", experiments_router)
 
 # Job kinds a script may start directly; training kinds are started through runs.
 DIRECT_JOB_KINDS = {"noop"}

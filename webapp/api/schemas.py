@@ -110,3 +110,34 @@ class EvalsOut(Schema):
     created: int
     duplicates: int
     skipped: list[dict]
+
+
+class ExperimentIn(Schema):
+    name: str
+    dataset: str
+    verifier: str
+    model: str
+    config: dict = {}
+
+
+class ExperimentOut(Schema):
+    id: int
+    name: str
+    state: str
+    stages: dict
+    reason: str
+    candidate_checkpoint_id: int | None
+    gates: list
+    gates_passed: bool | None
+
+
+class PromoteIn(Schema):
+    alias: str = "production"
+    reason: str = ""
+
+
+class AliasOut(Schema):
+    name: str
+    checkpoint_id: int
+    run_id: int
+    step: int

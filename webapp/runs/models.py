@@ -69,6 +69,8 @@ class Run(models.Model):
     parent_checkpoint = models.ForeignKey(
         "runs.Checkpoint", null=True, blank=True, on_delete=models.PROTECT, related_name="child_runs"
     )
+    experiment = models.ForeignKey("runs.Experiment", null=True, blank=True, on_delete=models.CASCADE, related_name="runs")
+    stage = models.CharField(max_length=32, blank=True, help_text="The experiment stage this run is.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -77,6 +79,43 @@ class Run(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["project", "-created_at"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ExperimentState(models.TextChoices):
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Experiment(models.Model):
+    """The seeds' workflow as one object: baseline -> (SFT) -> GRPO -> held-out eval -> promotion gates.
+
+    Each stage is a Run with its own Job. The pipeline's position is recomputed from
+    the runs' states (experiment_advance), so it survives worker restarts.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="experiments")
+    name = models.CharField(max_length=200)
+    dataset = models.ForeignKey(TaskDataset, on_delete=models.PROTECT, related_name="experiments")
+    verifier_version = models.ForeignKey(VerifierVersion, on_delete=models.PROTECT, related_name="experiments")
+    model = models.ForeignKey(ModelSpec, on_delete=models.PROTECT, related_name="experiments")
+    config = models.JSONField(default=dict, help_text="Stage configs and gate thresholds (see services/experiments.py).")
+    state = models.CharField(max_length=16, choices=ExperimentState.choices, default=ExperimentState.RUNNING)
+    stages = models.JSONField(default=dict, blank=True, help_text="Per stage: state, run id, reason.")
+    reason = models.TextField(blank=True)
+    candidate_checkpoint = models.ForeignKey("runs.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    gates = models.JSONField(default=list, blank=True, help_text="The gate table: one row per gate.")
+    gates_passed = models.BooleanField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
         return self.name

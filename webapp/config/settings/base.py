@@ -170,6 +170,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(env_int("CRUCIBLE_REAPER_INTERVAL_SECONDS", 30, minimum=1)),
         "options": {"queue": "default"},
     },
+    "advance-experiments": {
+        "task": "workers.tasks.advance_experiments",
+        "schedule": float(env_int("CRUCIBLE_REAPER_INTERVAL_SECONDS", 30, minimum=1)),
+        "options": {"queue": "default"},
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 

@@ -1,0 +1,265 @@
+"""The experiment pipeline: baseline -> SFT (only if needed) -> GRPO -> held-out eval -> gates.
+
+`experiment_advance` recomputes where the pipeline stands from the stage runs'
+states and takes the next step, under a row lock. Running it twice, or after a
+worker restart, or from the periodic sweep and the job-completion hook at once,
+changes nothing beyond what one run would: a stage is created only when it is
+absent from `Experiment.stages`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from training.config import ConfigError
+from webapp.datasets.models import TaskDataset
+from webapp.projects.models import Project
+from webapp.runs.models import (
+    Checkpoint,
+    Experiment,
+    ExperimentState,
+    MetricPoint,
+    ModelSpec,
+    Run,
+    RunStatus,
+)
+from webapp.runs.services.run_config import run_create
+from webapp.verifiers.models import VerifierVersion
+
+DEFAULT_CONFIG: dict = {
+    "common": {},
+    "baseline": {"kind": "eval", "eval_split": "held_out"},
+    "sft": {"kind": "sft"},
+    "grpo": {"kind": "grpo", "algorithm": "grpo"},
+    "held_out": {"kind": "eval", "eval_split": "held_out"},
+    # SFT runs only when the baseline follows the output format less often than this.
+    "sft_valid_format_threshold": 0.5,
+    # The candidate's held-out success must exceed the baseline's by more than this.
+    "success_margin": 0.0,
+    # The candidate's p95 latency may be at most this multiple of the baseline's.
+    "latency_p95_max_ratio": 1.5,
+    # Names of other datasets whose held-out split must not regress.
+    "regression_datasets": [],
+}
+STAGE_ORDER = ("baseline", "sft", "grpo", "held_out")
+SUCCEEDED, SKIPPED, FAILED, WAITING = "succeeded", "skipped", "failed", "waiting"
+
+
+class ExperimentError(ValueError):
+    pass
+
+
+def experiment_config(overrides: dict) -> dict:
+    unknown = set(overrides) - set(DEFAULT_CONFIG)
+    if unknown:
+        raise ExperimentError(
+            f"Unknown experiment setting(s) {', '.join(sorted(unknown))}; allowed: {', '.join(DEFAULT_CONFIG)}."
+        )
+    merged = copy.deepcopy(DEFAULT_CONFIG)
+    for key, value in overrides.items():
+        merged[key] = {**merged[key], **value} if isinstance(merged[key], dict) else value
+    return merged
+
+
+def experiment_create(
+    *, project: Project, name: str, dataset: TaskDataset, verifier_version: VerifierVersion, model: ModelSpec,
+    actor, config: dict | None = None,
+) -> Experiment:
+    """Create the experiment and start its first stage (after the transaction commits)."""
+    full = experiment_config(config or {})
+    for name_ in full["regression_datasets"]:
+        if not TaskDataset.objects.filter(project=project, name=name_).exists():
+            raise ExperimentError(f"Regression dataset {name_!r} does not exist in this project.")
+    experiment = Experiment.objects.create(project=project, name=name, dataset=dataset,
+                                           verifier_version=verifier_version, model=model, config=full, created_by=actor)
+    experiment_advance(experiment_id=experiment.pk)
+    experiment.refresh_from_db()
+    return experiment
+
+
+def _stage_config(experiment: Experiment, stage: str) -> dict:
+    key = "baseline" if stage.startswith("regression:") and stage.endswith(":baseline") else stage
+    key = "held_out" if stage.startswith("regression:") and stage.endswith(":candidate") else key
+    return {**experiment.config["common"], **experiment.config[key]}
+
+
+def _start_stage(experiment: Experiment, stage: str, *, parent: Checkpoint | None = None,
+                 dataset: TaskDataset | None = None) -> None:
+    config = _stage_config(experiment, stage)
+    run, _job = run_create(
+        project=experiment.project, name=f"{experiment.name} · {stage}", kind=config["kind"], config=config,
+        actor=experiment.created_by, dataset=dataset or experiment.dataset,
+        verifier_version=experiment.verifier_version, model=experiment.model, parent_checkpoint=parent,
+    )
+    Run.objects.filter(pk=run.pk).update(experiment=experiment, stage=stage)
+    experiment.stages[stage] = {"state": WAITING, "run": run.pk, "reason": ""}
+
+
+def _skip(experiment: Experiment, stage: str, reason: str) -> None:
+    experiment.stages[stage] = {"state": SKIPPED, "run": None, "reason": reason}
+
+
+def run_metric(run_id: int, name: str, split: str) -> float | None:
+    point = MetricPoint.objects.filter(run_id=run_id, name=name, split=split).order_by("-step").first()
+    return point.value if point else None
+
+
+def best_checkpoint(run_id: int, metric: str | None) -> Checkpoint | None:
+    """The checkpoint with the best recorded `metric` (higher is better), else the latest."""
+    checkpoints = list(Checkpoint.objects.filter(run_id=run_id).order_by("step"))
+    scored = [c for c in checkpoints if metric and isinstance(c.metrics.get(metric), int | float)]
+    if scored:
+        return max(scored, key=lambda c: (c.metrics[metric], c.step))
+    return checkpoints[-1] if checkpoints else None
+
+
+def _stage_state(experiment: Experiment, stage: str) -> str | None:
+    """The stage's state, refreshed from its run; None when the stage has not been created."""
+    info = experiment.stages.get(stage)
+    if info is None:
+        return None
+    if info["state"] != WAITING:
+        return info["state"]
+    run = Run.objects.get(pk=info["run"])
+    if run.status == RunStatus.SUCCEEDED:
+        info["state"] = SUCCEEDED
+    elif run.status in (RunStatus.FAILED, RunStatus.CANCELLED):
+        job = run.jobs.order_by("-id").first()
+        info["state"] = FAILED
+        info["reason"] = f"run {run.pk} {run.status}" + (f": {job.error}" if job and job.error else "")
+    return info["state"]
+
+
+def _plan(experiment: Experiment) -> list[str]:
+    regression = [f"regression:{n}:{side}" for n in experiment.config["regression_datasets"]
+                  for side in ("baseline", "candidate")]
+    return [*STAGE_ORDER, *regression]
+
+
+def _create(experiment: Experiment, stage: str) -> None:
+    """Create one stage, using what the earlier stages produced."""
+    stages = experiment.stages
+    if stage == "baseline":
+        _start_stage(experiment, stage)
+    elif stage == "sft":
+        valid = run_metric(stages["baseline"]["run"], "valid_json_rate", "held_out")
+        threshold = experiment.config["sft_valid_format_threshold"]
+        if valid is not None and valid >= threshold:
+            _skip(experiment, stage, f"baseline valid format rate {valid:.2f} >= threshold {threshold:.2f}")
+        else:
+            _start_stage(experiment, stage)
+    elif stage == "grpo":
+        parent = None
+        if stages["sft"]["state"] == SUCCEEDED:
+            parent = best_checkpoint(stages["sft"]["run"], "validation/success_rate")
+            if parent is None:
+                raise ExperimentError("the SFT stage finished without a checkpoint")
+        _start_stage(experiment, stage, parent=parent)
+    elif stage == "held_out" or stage.endswith(":candidate"):
+        metric = _stage_config(experiment, "grpo").get("checkpoint_metric", "validation/success_rate")
+        candidate = best_checkpoint(stages["grpo"]["run"], metric)
+        if candidate is None:
+            raise ExperimentError("the GRPO stage finished without a checkpoint")
+        experiment.candidate_checkpoint = candidate
+        dataset = _regression_dataset(experiment, stage)
+        _start_stage(experiment, stage, parent=candidate, dataset=dataset)
+    else:  # regression:<name>:baseline
+        _start_stage(experiment, stage, dataset=_regression_dataset(experiment, stage))
+
+
+def _regression_dataset(experiment: Experiment, stage: str) -> TaskDataset | None:
+    if not stage.startswith("regression:"):
+        return None
+    name = stage.split(":")[1]
+    return TaskDataset.objects.filter(project=experiment.project, name=name).order_by("-version").first()
+
+
+@transaction.atomic
+def experiment_advance(*, experiment_id: int) -> Experiment:
+    """Take the next step of the pipeline, if one is due."""
+    experiment = Experiment.objects.select_for_update().get(pk=experiment_id)
+    if experiment.state != ExperimentState.RUNNING:
+        return experiment
+    try:
+        for stage in _plan(experiment):
+            state = _stage_state(experiment, stage)
+            if state is None:
+                _create(experiment, stage)
+                if experiment.stages[stage]["state"] == SKIPPED:
+                    continue
+                break
+            if state == WAITING:
+                break
+            if state == FAILED:
+                _finish(experiment, ExperimentState.FAILED, f"stage {stage} failed: {experiment.stages[stage]['reason']}")
+                break
+        else:
+            _finish_with_gates(experiment)
+    except (ConfigError, ExperimentError) as exc:
+        _finish(experiment, ExperimentState.FAILED, str(exc))
+    experiment.save()
+    return experiment
+
+
+def _finish(experiment: Experiment, state: str, reason: str) -> None:
+    experiment.state = state
+    experiment.reason = reason
+    experiment.finished_at = timezone.now()
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    baseline: float | None
+    candidate: float | None
+    rule: str
+    passed: bool
+
+    def row(self) -> dict:
+        return {"gate": self.name, "baseline": self.baseline, "candidate": self.candidate, "rule": self.rule,
+                "passed": self.passed}
+
+
+def promotion_gates(experiment: Experiment) -> list[Gate]:
+    """Held-out success beats the baseline by the margin; no more unsafe actions; latency within the ratio."""
+    base, cand = experiment.stages["baseline"]["run"], experiment.stages["held_out"]["run"]
+    margin, ratio = experiment.config["success_margin"], experiment.config["latency_p95_max_ratio"]
+
+    def metric(run_id: int, name: str, split: str = "held_out") -> float | None:
+        return run_metric(run_id, name, split)
+
+    b, c = metric(base, "success_rate"), metric(cand, "success_rate")
+    gates = [Gate("held-out success", b, c, f"candidate > baseline + {margin}",
+                  b is not None and c is not None and c > b + margin)]
+    b, c = metric(base, "unsafe_action_rate"), metric(cand, "unsafe_action_rate")
+    gates.append(Gate("unsafe actions", b, c, "candidate <= baseline", b is not None and c is not None and c <= b))
+    b, c = metric(base, "latency_p95"), metric(cand, "latency_p95")
+    gates.append(Gate("latency p95", b, c, f"candidate <= {ratio} x baseline",
+                      b is not None and c is not None and c <= b * ratio))
+    for name in experiment.config["regression_datasets"]:
+        b = metric(experiment.stages[f"regression:{name}:baseline"]["run"], "success_rate")
+        c = metric(experiment.stages[f"regression:{name}:candidate"]["run"], "success_rate")
+        gates.append(Gate(f"regression: {name}", b, c, "candidate >= baseline",
+                          b is not None and c is not None and c >= b))
+    return gates
+
+
+def _finish_with_gates(experiment: Experiment) -> None:
+    gates = promotion_gates(experiment)
+    experiment.gates = [g.row() for g in gates]
+    experiment.gates_passed = all(g.passed for g in gates)
+    verdict = "all gates passed" if experiment.gates_passed else "gates failed: " + ", ".join(
+        g.name for g in gates if not g.passed)
+    _finish(experiment, ExperimentState.SUCCEEDED, f"candidate {experiment.candidate_checkpoint}: {verdict}")
+
+
+def experiments_advance_all() -> int:
+    """The periodic sweep: advance every running experiment (safety net for missed hooks)."""
+    ids = list(Experiment.objects.filter(state=ExperimentState.RUNNING).values_list("pk", flat=True))
+    for experiment_id in ids:
+        experiment_advance(experiment_id=experiment_id)
+    return len(ids)
