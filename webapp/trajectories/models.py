@@ -15,12 +15,16 @@ BUCKET_CHOICES = [(b, b.replace("_", " ")) for b in FAILURE_BUCKETS]
 
 
 class Trajectory(models.Model):
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="trajectories")
-    run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="trajectories")
+    # Trajectories are the largest table and are written in bulk: FK indexes that the
+    # composite indexes below already cover are switched off to keep inserts cheap.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="trajectories", db_index=False)
+    run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="trajectories",
+                            db_index=False)
     attempt = models.PositiveIntegerField(default=1, help_text="The job attempt that produced it.")
     task = models.ForeignKey("datasets.Task", null=True, blank=True, on_delete=models.SET_NULL, related_name="trajectories")
     task_key = models.CharField(max_length=200, help_text="The task's id as the producer named it.")
-    checkpoint = models.ForeignKey("runs.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    checkpoint = models.ForeignKey("runs.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                                   db_index=False)
     step = models.IntegerField(default=0)
     split = models.CharField(max_length=32, default="train", help_text="train, validation, held_out or production.")
     group_id = models.CharField(max_length=64, blank=True)
@@ -31,7 +35,7 @@ class Trajectory(models.Model):
     )
     verifier_version = models.ForeignKey(
         "verifiers.VerifierVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
-        help_text="The verifier version that produced reward and bucket.",
+        help_text="The verifier version that produced reward and bucket.", db_index=False,
     )
     turns = models.JSONField(default=list)
     tool_calls = models.JSONField(default=list, blank=True)

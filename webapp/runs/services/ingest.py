@@ -8,8 +8,10 @@ a resumed attempt that re-emits a step, therefore never duplicates anything.
 Rollups (StepRollup, BucketRollup) are incremented only by the trajectories that
 were actually inserted, so they stay exact under re-ingestion too.
 
-On PostgreSQL trajectories go through COPY into a temporary staging table and
-one INSERT … ON CONFLICT DO NOTHING RETURNING; elsewhere through bulk inserts.
+On PostgreSQL trajectories not yet stored are COPYed straight into the table;
+should another writer have stored some of them meanwhile (a stale attempt still
+running), the batch goes through a temporary staging table and one INSERT … ON
+CONFLICT DO NOTHING RETURNING instead. Elsewhere bulk inserts do the same job.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from webapp.datasets.models import Task
 from webapp.runs.models import Checkpoint, MetricPoint, Run
@@ -96,16 +98,16 @@ class EventIngestor:
         if not events:
             return 0
         rows = _dedupe_by_key(self._trajectory_row(e) for e in events)
+        fresh = _not_yet_stored(self.run.pk, rows)
         if connection.vendor == "postgresql":
-            inserted = _copy_insert_trajectories(rows)
+            inserted = _copy_trajectories(fresh)
         else:
-            inserted = _bulk_insert_trajectories(self.run.pk, rows)
+            inserted = _bulk_insert_trajectories(fresh)
         _add_to_rollups(self.run.pk, inserted)
         return len(inserted)
 
     def _trajectory_row(self, event: dict) -> dict:
-        event = _without_nul(event)
-        task_key = str(event["task_id"])[:200]
+        task_key = _text(event["task_id"], 200)
         bucket = event.get("failure_bucket") or ""
         return {
             "project_id": self.run.project_id,
@@ -114,8 +116,8 @@ class EventIngestor:
             "task_id": self._task_pk(task_key),
             "task_key": task_key,
             "step": int(event.get("step") or 0),
-            "split": str(event.get("split") or "train")[:32],
-            "group_id": str(event.get("group_id") or "")[:64],
+            "split": _text(event.get("split") or "train", 32),
+            "group_id": _text(event.get("group_id") or "", 64),
             "sample_index": int(event.get("sample_index") or 0),
             "turns": event.get("turns") or [],
             "tool_calls": event.get("tool_calls") or [],
@@ -152,6 +154,16 @@ def _without_nul(value):
     return value
 
 
+def _text(value, limit: int) -> str:
+    return _without_nul(str(value))[:limit]
+
+
+def _json_text(value) -> str:
+    """JSON for a jsonb column; U+0000 (which jsonb refuses) is replaced only when present."""
+    text = json.dumps(value)
+    return json.dumps(_without_nul(value)) if "\\u0000" in text else text
+
+
 def _finite(value) -> float | None:
     if value is None:
         return None
@@ -175,14 +187,38 @@ def _dedupe_by_key(rows: Iterable[dict]) -> list[dict]:
     return list(unique.values())
 
 
-def _bulk_insert_trajectories(run_id: int, rows: list[dict]) -> list[dict]:
+def _not_yet_stored(run_id: int, rows: list[dict]) -> list[dict]:
+    """Drop rows whose key is already stored (a resumed attempt replaying events)."""
     steps = {row["step"] for row in rows}
     existing = set(
         Trajectory.objects.filter(run_id=run_id, step__in=steps).values_list("step", "task_key", "sample_index")
     )
-    fresh = [row for row in rows if _key(row) not in existing]
-    Trajectory.objects.bulk_create([Trajectory(**row) for row in fresh], ignore_conflicts=True, batch_size=500)
-    return fresh
+    return [row for row in rows if _key(row) not in existing]
+
+
+def _bulk_insert_trajectories(rows: list[dict]) -> list[dict]:
+    rows = [{**row, **{c: _without_nul(row[c]) for c in JSON_COLUMNS}} for row in rows]
+    Trajectory.objects.bulk_create([Trajectory(**row) for row in rows], ignore_conflicts=True, batch_size=500)
+    return rows
+
+
+def _copy_trajectories(rows: list[dict]) -> list[dict]:
+    """COPY straight into the table; if a concurrent writer stored some keys meanwhile, go through staging."""
+    if not rows:
+        return []
+    try:
+        with transaction.atomic():
+            _copy_rows(Trajectory._meta.db_table, rows)
+        return rows
+    except IntegrityError:
+        return _copy_insert_trajectories(rows)
+
+
+def _copy_rows(table: str, rows: list[dict]) -> None:
+    columns = ", ".join(TRAJECTORY_COLUMNS)
+    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row([_json_text(row[c]) if c in JSON_COLUMNS else row[c] for c in TRAJECTORY_COLUMNS])
 
 
 _STAGE_DDL = """
@@ -201,10 +237,8 @@ def _copy_insert_trajectories(rows: list[dict]) -> list[dict]:
     table = Trajectory._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(_STAGE_DDL)
-        raw = cursor.cursor  # the psycopg 3 cursor under Django's wrapper
-        with raw.copy(f"COPY crucible_trajectory_stage ({columns}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row([json.dumps(row[c]) if c in JSON_COLUMNS else row[c] for c in TRAJECTORY_COLUMNS])
+    _copy_rows("crucible_trajectory_stage", rows)
+    with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} ({columns}) SELECT {columns} FROM crucible_trajectory_stage "
             "ON CONFLICT (run_id, step, task_key, sample_index) DO NOTHING "
