@@ -25,7 +25,7 @@ from pathlib import Path
 from django.conf import settings
 
 from webapp.runs.models import Run
-from webapp.runs.services.ingest import EventIngestor
+from webapp.runs.services.ingest import EventIngestor, discard_superseded_rows
 from webapp.runs.services.run_config import run_process_config
 from workers.runner import JobContext, handler
 
@@ -54,20 +54,41 @@ def run_training_process(ctx: JobContext) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "run.json"
     config_path.write_text(json.dumps(run_process_config(run, run_dir), indent=2))
+    resumed_from = _latest_checkpoint_step(run_dir)
+    discard_superseded_rows(run, resumed_from=resumed_from)
+    if resumed_from is not None:
+        ctx.log(f"attempt {ctx.attempt} resumes from the checkpoint of step {resumed_from}")
     deadline = time.monotonic() + float(ctx.payload.get("timeout_seconds", settings.CRUCIBLE_JOB_TIMEOUT_SECONDS))
     stderr_path = run_dir / f"stderr.attempt{ctx.attempt}.log"
     with open(stderr_path, "wb") as stderr:
         proc = subprocess.Popen(
             _training_command(config_path, run_dir), cwd=settings.BASE_DIR, stdout=stderr, stderr=subprocess.STDOUT,
             env={**os.environ, "CRUCIBLE_JOB_ATTEMPT": str(ctx.attempt), "PYTHONUNBUFFERED": "1"},
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_die_with_parent,
         )
         ctx.log(f"started training process {proc.pid} in {run_dir}")
-        _supervise(ctx, run, proc, run_dir, stderr_path, deadline)
+        _supervise(ctx, EventIngestor(run, attempt=ctx.attempt, resumed_from=resumed_from), proc, run_dir,
+                   stderr_path, deadline)
 
 
-def _supervise(ctx: JobContext, run: Run, proc: subprocess.Popen, run_dir: Path, stderr_path: Path, deadline: float) -> None:
-    ingestor = EventIngestor(run, attempt=ctx.attempt)
+def _die_with_parent() -> None:
+    """In the child: SIGKILL it when the supervising worker dies (kill -9), so that a
+    re-queued attempt never shares the run folder with an orphan of the last one."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def _latest_checkpoint_step(run_dir: Path) -> int | None:
+    from training.checkpoints import list_checkpoints
+
+    checkpoints = list_checkpoints(run_dir)
+    return checkpoints[-1].step if checkpoints else None
+
+
+def _supervise(ctx: JobContext, ingestor: EventIngestor, proc: subprocess.Popen, run_dir: Path, stderr_path: Path,
+               deadline: float) -> None:
     events_path = run_dir / "events.jsonl"
     offset, error = 0, None
     try:

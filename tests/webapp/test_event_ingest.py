@@ -72,3 +72,26 @@ def test_untrusted_text_and_bad_buckets_are_stored_safely(run):
     row = Trajectory.objects.get(run=run)
     assert row.failure_bucket == ""
     assert row.turns[0]["content"] == "'); DROP TABLE trajectories_trajectory; --\ufffd\u202e"
+
+
+def test_a_resumed_attempt_supersedes_what_the_last_one_wrote_after_its_checkpoint(run):
+    from webapp.runs.services.ingest import discard_superseded_rows
+
+    first = [
+        {**traj("a", 0, 1.0, step=1), "attempt": 1},
+        {"type": "checkpoint", "step": 1, "path": "/c/1", "kind": "adapter", "content_hash": "h", "attempt": 1},
+        {**traj("a", 0, 0.0, step=2), "attempt": 1},
+        {"type": "metric", "step": 2, "split": "train", "metrics": {"reward": 0.0}, "attempt": 1},
+    ]
+    EventIngestor(run, attempt=1).ingest(first)
+    # attempt 2 resumes from the checkpoint of step 1 and re-reads the file from the start
+    discard_superseded_rows(run, resumed_from=1)
+    second = EventIngestor(run, attempt=2, resumed_from=1)
+    second.ingest(first)
+    assert list(Trajectory.objects.filter(run=run).values_list("step", flat=True)) == [1]
+    assert not MetricPoint.objects.filter(run=run, step=2).exists()
+    second.ingest([{**traj("a", 0, 1.0, step=2), "attempt": 2},
+                   {"type": "metric", "step": 2, "split": "train", "metrics": {"reward": 1.0}, "attempt": 2}])
+    assert Trajectory.objects.get(run=run, step=2).reward == 1.0
+    assert MetricPoint.objects.get(run=run, step=2).value == 1.0
+    assert StepRollup.objects.get(run=run, step=2).count == 1

@@ -27,7 +27,7 @@ from django.db import IntegrityError, connection, transaction
 
 from webapp.datasets.models import Task
 from webapp.runs.models import Checkpoint, MetricPoint, Run
-from webapp.trajectories.models import FAILURE_BUCKETS, Trajectory
+from webapp.trajectories.models import FAILURE_BUCKETS, BucketRollup, StepRollup, Trajectory
 
 TRAJECTORY_COLUMNS = (
     "project_id", "run_id", "attempt", "task_id", "task_key", "step", "split", "group_id", "sample_index",
@@ -46,17 +46,33 @@ class IngestReport:
 
 
 class EventIngestor:
-    """Ingests batches of events for one run and one job attempt."""
+    """Ingests batches of events for one run and one job attempt.
 
-    def __init__(self, run: Run, *, attempt: int) -> None:
+    `resumed_from` is the checkpoint step this attempt's training process resumes
+    from (None: it starts from scratch). Events that an earlier attempt wrote after
+    that step are superseded: the resumed process writes them again, so they are
+    skipped here, and `discard_superseded_rows` removes what was already stored.
+    """
+
+    def __init__(self, run: Run, *, attempt: int, resumed_from: int | None = None) -> None:
         self.run = run
         self.attempt = attempt
+        self.resumed_from = resumed_from
         self._task_ids: dict[str, int] | None = None
+
+    def is_superseded(self, event: dict) -> bool:
+        attempt = event.get("attempt")
+        if attempt is None or attempt >= self.attempt:
+            return False
+        step = event.get("step")
+        return step is None or self.resumed_from is None or int(step) > self.resumed_from
 
     def ingest(self, events: Sequence[dict]) -> IngestReport:
         report = IngestReport()
         metrics, trajectories, checkpoints = [], [], []
         for event in events:
+            if self.is_superseded(event):
+                continue
             kind = event.get("type")
             if kind == "metric":
                 metrics.append(event)
@@ -141,6 +157,17 @@ class EventIngestor:
                 if self.run.dataset_id else {}
             )
         return self._task_ids.get(task_key)
+
+
+@transaction.atomic
+def discard_superseded_rows(run: Run, *, resumed_from: int | None) -> None:
+    """Delete what earlier attempts stored after the checkpoint this attempt resumes from."""
+    after = {"step__gt": resumed_from} if resumed_from is not None else {}
+    MetricPoint.objects.filter(run=run, **after).delete()
+    Trajectory.objects.filter(run=run, **after).delete()
+    StepRollup.objects.filter(run=run, **after).delete()
+    BucketRollup.objects.filter(run=run, **after).delete()
+    Checkpoint.objects.filter(run=run, **after).exclude(aliases__isnull=False).delete()
 
 
 def _without_nul(value):
