@@ -7,10 +7,6 @@ import shutil
 
 import pytest
 
-# Playwright's sync API keeps an event loop running in this thread; the ORM calls
-# tests make between page actions are still plain synchronous calls.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
 CHROMIUM = os.environ.get("CRUCIBLE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -18,16 +14,23 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     if not shutil.which(CHROMIUM):
         pytest.skip(f"chromium not found at {CHROMIUM}: apt-get install -y chromium (or set CRUCIBLE_CHROMIUM)")
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+    # Playwright's sync API keeps an event loop running in this thread; the ORM calls the
+    # tests make between page actions are still plain synchronous calls. Only while the
+    # browser is up: other tests must not inherit the flag.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield browser
+            browser.close()
+    finally:
+        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
 @pytest.fixture

@@ -29,3 +29,27 @@ def tokenizer():
 def tiny_model(tokenizer):
     """Shared and read-only: tests that change weights build their own with tiny_llama()."""
     return tiny_llama(tokenizer, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tokenizer, tmp_path_factory):
+    """The tiny Llama and its tokenizer saved as a model folder (a run config's 'model')."""
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tiny_llama(tokenizer, seed=0).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def json_tasks_file(tmp_path_factory):
+    """A small json_tool_call Task JSONL (workplace requests) with train and validation splits."""
+    import json
+
+    from environments.json_tool_call_tasks import workplace_json_tasks
+
+    tasks = workplace_json_tasks(400, seed=0)
+    train = [t for t in tasks if t.split == "train"][:24]
+    validation = [t for t in tasks if t.split == "validation"][:6]
+    path = tmp_path_factory.mktemp("tasks") / "tasks.jsonl"
+    path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in train + validation))
+    return path

@@ -1,0 +1,203 @@
+"""Seconds per GRPO step: our trainer vs TRL's GRPOTrainer, same model, same batch, same reward.
+
+    python bench/grpo_step.py                  # SmolLM2-135M, LoRA r 16, 4 prompts x 8, 64 tokens
+    python bench/grpo_step.py --tiny --steps 3 # a tiny random model: checks the script runs
+
+Configuration (issue 4): LoRA r 16, 4 prompts x 8 generations, max_completion_length 64,
+beta 0, json_tool_call tasks over workplace tools and the json_tool_call verifier as the
+reward. The two trainers run in the same process, alternating in blocks of --block steps,
+and the script prints the median seconds per step, generated tokens per second and peak
+memory of each, and the ratio ours / TRL. TRL is needed only here; this script installs
+nothing: without trl it measures ours and says how to add TRL (`pip install trl`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from environments.json_tool_call import JsonToolCallEnvironment, JsonToolCallVerifier  # noqa: E402
+from environments.json_tool_call_tasks import workplace_json_tasks  # noqa: E402
+from environments.types import Trajectory  # noqa: E402
+from training.config import validate_run_config  # noqa: E402
+from training.data import TaskSource  # noqa: E402
+from training.events import EventWriter  # noqa: E402
+from training.grpo import GRPOTrainer  # noqa: E402
+from training.models import default_tokenizer, load_model_and_tokenizer, tiny_llama  # noqa: E402
+from training.runner import build_job  # noqa: E402
+
+PROMPTS, GENERATIONS, COMPLETION, LORA_R = 4, 8, 64, 16
+
+
+class _Tasks(TaskSource):
+    def __init__(self, tasks):
+        self.tasks, self.max_tasks, self.name = tasks, None, "benchmark tasks"
+        self.by_id = {t.id: t for t in tasks}
+
+
+def peak_memory_mb() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # process-wide on CPU
+
+
+def load(tiny: bool):
+    if tiny:
+        tokenizer = default_tokenizer()
+        return tiny_llama(tokenizer), tokenizer
+    return load_model_and_tokenizer("smollm2")
+
+
+class Ours:
+    def __init__(self, tasks, tiny: bool, lr: float) -> None:
+        model, tokenizer = load(tiny)
+        cfg = validate_run_config({
+            "kind": "grpo", "adapter": "lora", "lora_r": LORA_R, "lora_alpha": 2 * LORA_R,
+            "num_prompts_per_step": PROMPTS, "num_generations_per_prompt": GENERATIONS,
+            "max_completion_length": COMPLETION, "beta": 0.0, "learning_rate": lr,
+            "lr_scheduler": "constant", "eval_interval": 0, "checkpoint_interval": 0,
+            "micro_batch_size": PROMPTS * GENERATIONS, "max_steps": 10_000,
+        })
+        self.run_dir = tempfile.mkdtemp(prefix="bench-ours-")
+        self.events = EventWriter(self.run_dir)
+        job = build_job(cfg, self.run_dir, self.events, model=model, tokenizer=tokenizer,
+                        environment=JsonToolCallEnvironment(), verifier=JsonToolCallVerifier(),
+                        tasks=_Tasks(tasks))
+        self.trainer = GRPOTrainer(job)
+        self.step_number = 0
+
+    def steps(self, n: int) -> list[tuple[float, float, float]]:
+        """(seconds, generated tokens, mean reward) per step."""
+        out = []
+        for _ in range(n):
+            self.step_number += 1
+            started = time.perf_counter()
+            metrics = self.trainer.step(self.step_number)
+            out.append((time.perf_counter() - started, metrics["cost/generated_tokens"], metrics["reward"]))
+        return out
+
+
+class Trl:
+    """TRL's GRPOTrainer on the same prompts and reward; timed per step with a callback."""
+
+    def __init__(self, tasks, tiny: bool, lr: float) -> None:
+        from datasets import Dataset
+        from peft import LoraConfig
+        from transformers import TrainerCallback
+        from trl import GRPOConfig
+        from trl import GRPOTrainer as TRLGRPOTrainer
+
+        self.model, self.tokenizer = load(tiny)
+        verifier = JsonToolCallVerifier()
+        by_id = {t.id: t for t in tasks}
+
+        def reward(completions, task_id, **_):
+            texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+            return [
+                verifier.verify(by_id[i], Trajectory.from_completion(text)).reward
+                for i, text in zip(task_id, texts, strict=True)
+            ]
+
+        rows = [{"prompt": t.messages, "task_id": t.id} for t in tasks]
+        self.times: list[float] = []
+        self.tokens: list[float] = []
+        self.rewards: list[float] = []
+        bench = self
+
+        class Timer(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):
+                bench._started = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kwargs):
+                bench.times.append(time.perf_counter() - bench._started)
+
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs and "reward" in logs:
+                    bench.rewards.append(logs["reward"])
+                    bench.tokens.append(logs.get("completions/mean_length", 0) * PROMPTS * GENERATIONS)
+
+        self.make = lambda steps: TRLGRPOTrainer(
+            model=self.model,
+            reward_funcs=reward,
+            args=GRPOConfig(
+                output_dir=tempfile.mkdtemp(prefix="bench-trl-"), max_steps=steps,
+                per_device_train_batch_size=PROMPTS * GENERATIONS, num_generations=GENERATIONS,
+                max_completion_length=COMPLETION, beta=0.0, learning_rate=lr, logging_steps=1,
+                report_to=[], save_strategy="no", use_cpu=not torch.cuda.is_available(),
+                lr_scheduler_type="constant", bf16=torch.cuda.is_available(),
+            ),
+            train_dataset=Dataset.from_list(rows),
+            processing_class=self.tokenizer,
+            peft_config=LoraConfig(r=LORA_R, lora_alpha=2 * LORA_R, target_modules="all-linear",
+                                   task_type="CAUSAL_LM"),
+            callbacks=[Timer()],
+        )
+
+    def steps(self, n: int) -> list[tuple[float, float, float]]:
+        first = len(self.times)
+        self.make(n).train()
+        return list(zip(self.times[first:], self.tokens[first:], self.rewards[first:], strict=False))
+
+
+def summary(name: str, rows: list[tuple[float, float, float]], memory: float) -> float:
+    seconds = statistics.median(r[0] for r in rows)
+    tokens_per_s = sum(r[1] for r in rows) / sum(r[0] for r in rows)
+    last = [r[2] for r in rows[-5:]]
+    print(f"{name:<6} median {seconds:7.2f} s/step  {tokens_per_s:8.1f} tokens/s  "
+          f"peak memory {memory:8.0f} MB  reward (last 5 steps) {sum(last) / len(last):.3f}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20, help="steps per trainer")
+    parser.add_argument("--block", type=int, default=5, help="steps before switching trainer")
+    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--tiny", action="store_true", help="a tiny random model (smoke run)")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    tasks = [t for t in workplace_json_tasks(600, seed=0) if t.split == "train"]
+    have_trl = importlib.util.find_spec("trl") is not None
+    if not have_trl:
+        print("trl is not installed: measuring our trainer only. For the comparison run "
+              "`pip install trl` in this environment and run the script again.")
+    ours = Ours(tasks, args.tiny, args.lr)
+    trl = Trl(tasks, args.tiny, args.lr) if have_trl else None
+    ours_rows: list[tuple[float, float, float]] = []
+    trl_rows: list[tuple[float, float, float]] = []
+    memory = {"ours": 0.0, "trl": 0.0}
+    done = 0
+    while done < args.steps:
+        block = min(args.block, args.steps - done)
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        ours_rows += ours.steps(block)
+        memory["ours"] = max(memory["ours"], peak_memory_mb())
+        if trl is not None:
+            if torch.cuda.is_available():
+                torch.cuda.reset_peak_memory_stats()
+            trl_rows += trl.steps(block)
+            memory["trl"] = max(memory["trl"], peak_memory_mb())
+        done += block
+    print(f"device: {'cuda' if torch.cuda.is_available() else 'cpu'}, {PROMPTS} prompts x "
+          f"{GENERATIONS} generations, max_completion_length {COMPLETION}, LoRA r {LORA_R}, beta 0")
+    mine = summary("ours", ours_rows, memory["ours"])
+    if trl is not None and trl_rows:
+        theirs = summary("trl", trl_rows, memory["trl"])
+        print(f"ratio ours / trl (median s/step): {mine / theirs:.2f} (target <= 0.7)")
+    if not torch.cuda.is_available():
+        print("note: on CPU peak memory is the process's peak RSS, shared by both trainers")
+
+
+if __name__ == "__main__":
+    main()

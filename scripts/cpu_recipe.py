@@ -1,0 +1,149 @@
+"""The CPU recipe: baseline eval -> SFT -> GRPO from the SFT checkpoint -> held-out evals.
+
+    python scripts/cpu_recipe.py --out recipe-run              # SmolLM2-135M-Instruct, offline
+    python scripts/cpu_recipe.py --out /tmp/smoke --tiny       # a tiny random model, seconds
+
+Tasks: workplace requests as one-call json_tool_call tasks (environments.json_tool_call_tasks).
+The held_out split keeps only tasks of the generator's held-out templates (request shapes
+never seen in training), at least --held-out of them. Every stage runs the real command,
+`python -m training run --config ... --out ...`, so each number here can be reproduced by
+hand from the configs written under --out. Prints a table of held-out success and wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from environments.json_tool_call_tasks import workplace_json_tasks  # noqa: E402
+from environments.workplace.generator import HELD_OUT_TEMPLATES  # noqa: E402
+from training.events import read_events  # noqa: E402
+
+
+def write_dataset(path: Path, args: argparse.Namespace) -> dict[str, int]:
+    """Train / validation tasks of seen templates, held_out tasks of held-out templates only."""
+    tasks = workplace_json_tasks(3000, seed=args.seed, min_held_out=args.held_out * 2)
+    train = [t for t in tasks if t.split == "train"][: args.train_tasks]
+    validation = [t for t in tasks if t.split == "validation"][: args.validation_tasks]
+    held_out = [
+        t for t in tasks if t.split == "held_out" and t.metadata["template"] in HELD_OUT_TEMPLATES
+    ][: args.held_out]
+    with open(path, "w") as f:
+        for task in train + validation + held_out:
+            f.write(json.dumps(task.to_dict()) + "\n")
+    return {"train": len(train), "validation": len(validation), "held_out": len(held_out)}
+
+
+def run_stage(name: str, config: dict, out: Path) -> tuple[dict, float]:
+    """Run one `python -m training run` and return its last metric event and wall seconds."""
+    run_dir = out / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / "run.json"
+    config_path.write_text(json.dumps(config, indent=2))
+    started = time.perf_counter()
+    command = [sys.executable, "-m", "training", "run", "--config", str(config_path), "--out", str(run_dir)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with open(run_dir / "stderr.log", "w") as log:
+        code = subprocess.call(command, cwd=REPO, env=env, stderr=log, stdout=log)
+    seconds = time.perf_counter() - started
+    events, _ = read_events(run_dir / "events.jsonl")
+    if code != 0:
+        errors = [e["message"] for e in events if e["type"] == "error"]
+        raise SystemExit(f"stage {name} failed: {errors[-1] if errors else 'see ' + str(run_dir)}")
+    print(f"  {name}: {seconds:.0f} s", flush=True)
+    return events, seconds
+
+
+def last_metrics(events: list[dict], split: str) -> dict:
+    found = [e["metrics"] for e in events if e["type"] == "metric" and e["split"] == split]
+    return found[-1] if found else {}
+
+
+def final_checkpoint(events: list[dict]) -> str:
+    return [e["path"] for e in events if e["type"] == "checkpoint"][-1]
+
+
+def tiny_model(out: Path) -> str:
+    from training.models import default_tokenizer, tiny_llama
+
+    folder = out / "tiny-model"
+    if not (folder / "config.json").is_file():
+        tokenizer = default_tokenizer()
+        tiny_llama(tokenizer).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--tiny", action="store_true", help="tiny random model, tiny sizes")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-tasks", type=int, default=1000)
+    parser.add_argument("--validation-tasks", type=int, default=50)
+    parser.add_argument("--held-out", type=int, default=200)
+    parser.add_argument("--sft-steps", type=int, default=60)
+    parser.add_argument("--grpo-steps", type=int, default=30)
+    parser.add_argument("--max-completion-length", type=int, default=96)
+    args = parser.parse_args()
+    if args.tiny:
+        args.train_tasks, args.validation_tasks, args.held_out = 16, 4, 8
+        args.sft_steps, args.grpo_steps, args.max_completion_length = 2, 2, 8
+    args.out.mkdir(parents=True, exist_ok=True)
+    dataset = args.out / "tasks.jsonl"
+    sizes = write_dataset(dataset, args)
+    print(f"tasks: {sizes}", flush=True)
+    model = tiny_model(args.out) if args.tiny else args.model
+    common = {
+        "model": model, "dataset": str(dataset), "environment": "json_tool_call",
+        "device": "cpu", "bf16": False, "seed": args.seed,
+        "max_completion_length": args.max_completion_length,
+    }
+    held_out = {**common, "kind": "eval", "eval_split": "held_out"}
+
+    baseline, t_base = run_stage("baseline", held_out, args.out)
+    sft, t_sft = run_stage("sft", {
+        **common, "kind": "sft", "max_steps": args.sft_steps, "num_epochs": 10,
+        "micro_batch_size": 8, "gradient_accumulation_steps": 2, "learning_rate": 1e-3,
+        "lr_scheduler": "cosine", "warmup_steps": min(5, args.sft_steps),
+        "eval_interval": 0, "checkpoint_interval": 0,
+    }, args.out)
+    sft_checkpoint = final_checkpoint(sft)
+    grpo, t_grpo = run_stage("grpo", {
+        **common, "kind": "grpo", "algorithm": "dapo", "init_checkpoint": sft_checkpoint,
+        "max_steps": args.grpo_steps, "num_prompts_per_step": 4, "num_generations_per_prompt": 8,
+        "micro_batch_size": 8, "learning_rate": 2e-5, "lr_scheduler": "constant",
+        "temperature": 1.0, "max_generation_batches": 3, "eval_interval": 0,
+        "checkpoint_interval": 0,
+    }, args.out)
+    sft_eval, t_sft_eval = run_stage("sft_held_out", {**held_out, "init_checkpoint": sft_checkpoint}, args.out)
+    grpo_eval, t_grpo_eval = run_stage(
+        "grpo_held_out", {**held_out, "init_checkpoint": final_checkpoint(grpo)}, args.out
+    )
+
+    rows = [
+        ("baseline (base model)", last_metrics(baseline, "held_out"), t_base),
+        ("after SFT", last_metrics(sft_eval, "held_out"), t_sft_eval),
+        ("after SFT + GRPO", last_metrics(grpo_eval, "held_out"), t_grpo_eval),
+    ]
+    print(f"\nheld-out tasks: {sizes['held_out']} (templates never trained on)")
+    print(f"{'model':<24}{'success':>9}{'valid_json':>12}{'right_tool':>12}{'eval s':>8}")
+    for name, metrics, seconds in rows:
+        print(
+            f"{name:<24}{metrics.get('success_rate', 0):>9.1%}{metrics.get('valid_json_rate') or 0:>12.1%}"
+            f"{metrics.get('correct_tool_rate') or 0:>12.1%}{seconds:>8.0f}"
+        )
+    print(f"training wall time: SFT {t_sft:.0f} s ({args.sft_steps} steps), GRPO {t_grpo:.0f} s ({args.grpo_steps} steps)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""SFT: demonstrations from ground truth, loss on assistant tokens only, and it learns."""
+
+from __future__ import annotations
+
+import json
+
+from environments.json_tool_call import JsonToolCallEnvironment
+from environments.types import Task
+from training.cli import execute
+from training.config import validate_run_config
+from training.data import load_tasks
+from training.events import EventWriter, read_events
+from training.sft import conversation_sequence, ground_truth_sequence, step_items
+
+
+def test_only_the_target_call_and_its_end_of_turn_are_trained(tokenizer, json_tasks_file):
+    task = load_tasks(json_tasks_file)[0]
+    sequence = ground_truth_sequence(tokenizer, JsonToolCallEnvironment(), task)
+    trained = [t for t, m in zip(sequence.completion_ids, sequence.completion_mask, strict=True) if m]
+    text = tokenizer.decode(trained)
+    assert text.endswith(tokenizer.eos_token)
+    call = json.loads(text.removesuffix(tokenizer.eos_token))
+    assert call == {"name": task.ground_truth[0]["name"], "arguments": task.ground_truth[0]["arguments"]}
+    assert "Tools:" in tokenizer.decode(sequence.prompt_ids)  # the prompt is never trained on
+
+
+def test_tool_output_in_a_reviewed_trajectory_is_masked(tokenizer):
+    task = Task(id="t", messages=[{"role": "user", "content": "Find Ana's email"}])
+    turns = [
+        {"role": "assistant", "content": '{"name": "lookup", "arguments": {}}'},
+        {"role": "tool", "tool_call_id": "c1", "name": "lookup", "content": "ana@example.com"},
+        {"role": "assistant", "content": "It is ana@example.com"},
+    ]
+    sequence = conversation_sequence(tokenizer, JsonToolCallEnvironment(), task, turns)
+    trained = tokenizer.decode([t for t, m in zip(sequence.completion_ids, sequence.completion_mask, strict=True) if m])
+    masked = tokenizer.decode([t for t, m in zip(sequence.completion_ids, sequence.completion_mask, strict=True) if not m])
+    assert "lookup" in trained and "It is ana@example.com" in trained
+    assert "ana@example.com" in masked and "It is" not in masked
+
+
+def test_step_items_cover_each_epoch_once():
+    items = list(range(10))
+    epoch = [i for step in range(1, 6) for i in step_items(items, step, 2, seed=3)]
+    assert sorted(epoch) == items
+    assert step_items(items, 4, 2, seed=3) == step_items(items, 4, 2, seed=3)
+
+
+def test_sft_lowers_the_loss_and_checkpoints(tokenizer, tiny_model_dir, json_tasks_file, tmp_path):
+    cfg = validate_run_config({
+        "kind": "sft", "model": str(tiny_model_dir), "dataset": str(json_tasks_file),
+        "device": "cpu", "bf16": False, "max_tasks": 4, "micro_batch_size": 2,
+        "gradient_accumulation_steps": 2, "max_steps": 12, "num_epochs": 20,
+        "learning_rate": 3e-3, "lr_scheduler": "constant", "eval_interval": 0,
+        "checkpoint_interval": 6, "adapter": "full",
+    })
+    with EventWriter(tmp_path) as events:
+        summary = execute(cfg, tmp_path, events, environment=JsonToolCallEnvironment())
+    assert summary["step"] == 12
+    events, _ = read_events(tmp_path / "events.jsonl")
+    losses = [e["metrics"]["loss"] for e in events if e["type"] == "metric"]
+    assert len(losses) == 12
+    assert losses[-1] < losses[0] - 2.0, losses  # ~10.8 (uniform over 49k tokens) to ~7.4
+    metrics = [e for e in events if e["type"] == "metric"][-1]["metrics"]
+    for name in ("loss", "lr", "grad_norm", "tokens_per_second", "cost/trained_tokens"):
+        assert metrics[name] is not None
+    assert [e["step"] for e in events if e["type"] == "checkpoint"] == [6, 12]

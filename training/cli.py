@@ -1,0 +1,134 @@
+"""The training process's command line.
+
+    python -m training run --config run.json --out RUN_DIR   run one job (eval, sft, grpo, dpo)
+    python -m training export --checkpoint DIR --out DIR     merge LoRA into the base model
+    python -m training schema                                print the run-config JSON schema
+
+`run` appends events to RUN_DIR/events.jsonl (training/events.py) and checkpoints under
+RUN_DIR/checkpoints/; running the same command again on the same RUN_DIR resumes from the
+latest checkpoint. The job attempt comes from $CRUCIBLE_JOB_ATTEMPT when a worker starts it.
+Any failure becomes an `error` event with a message for the person, and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from training.config import RUN_CONFIG_SCHEMA, ConfigError, RunConfig, validate_run_config
+from training.events import EventWriter
+
+ATTEMPT_VARIABLE = "CRUCIBLE_JOB_ATTEMPT"
+
+
+def read_config(path: str | Path) -> RunConfig:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"config file {file} does not exist")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"config file {file} is not valid JSON: {exc}") from exc
+    return validate_run_config(data)
+
+
+def _attempt() -> int | None:
+    value = os.environ.get(ATTEMPT_VARIABLE)
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"${ATTEMPT_VARIABLE} must be an integer, got {value!r}") from None
+
+
+def execute(cfg: RunConfig, run_dir: str | Path, events: EventWriter, **overrides: Any) -> dict[str, Any]:
+    """Build the job and run its kind's loop; returns what the done event reports.
+
+    `overrides` (model, tokenizer, environment, verifier, tasks) let tests and benchmarks
+    pass objects instead of names.
+    """
+    from training.runner import build_job
+
+    job = build_job(cfg, run_dir, events, **overrides)
+    events.log(
+        f"{cfg.kind} job on {job.device} (bf16 autocast {'on' if job.autocast else 'off'}, "
+        f"{'LoRA' if job.is_lora else 'full weights'})"
+    )
+    if cfg.kind == "eval":
+        from training.evaluate import run_eval
+
+        return run_eval(job)
+    if cfg.kind == "sft":
+        from training.sft import run_sft
+
+        return run_sft(job)
+    if cfg.kind == "dpo":
+        from training.dpo import run_dpo
+
+        return run_dpo(job)
+    from training.grpo import run_grpo
+
+    return run_grpo(job)
+
+
+def _error_message(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    known = (ConfigError, FileNotFoundError, ValueError, LookupError)
+    return text if isinstance(exc, known) else f"{type(exc).__name__}: {text}"
+
+
+def run_command(config: str, out: str) -> int:
+    run_dir = Path(out)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    events = EventWriter(run_dir)
+    try:
+        events.attempt = _attempt()
+        cfg = read_config(config)
+        summary = execute(cfg, run_dir, events)
+        events.done(**summary)
+        return 0
+    except Exception as exc:  # every failure must reach the event log as an error event
+        message = _error_message(exc)
+        events.error(message, traceback=traceback.format_exc())
+        print(f"error: {message}", file=sys.stderr)
+        return 1
+    finally:
+        events.close()
+
+
+def export_command(checkpoint: str, out: str) -> int:
+    from training.export import export_checkpoint
+
+    try:
+        path = export_checkpoint(checkpoint, out)
+    except Exception as exc:  # reported as one line; the traceback helps nobody running the CLI
+        print(f"error: {_error_message(exc)}", file=sys.stderr)
+        return 1
+    print(f"exported {checkpoint} to {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run one job from a run config")
+    run.add_argument("--config", required=True, help="run config JSON file")
+    run.add_argument("--out", required=True, help="run directory (events, checkpoints)")
+    export = commands.add_parser("export", help="merge a LoRA checkpoint into its base model")
+    export.add_argument("--checkpoint", required=True, help="RUN_DIR/checkpoints/step_N")
+    export.add_argument("--out", required=True, help="output folder (Hugging Face format)")
+    commands.add_parser("schema", help="print the run-config JSON schema")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return run_command(args.config, args.out)
+    if args.command == "export":
+        return export_command(args.checkpoint, args.out)
+    json.dump(RUN_CONFIG_SCHEMA, sys.stdout, indent=2)
+    print()
+    return 0

@@ -1,0 +1,280 @@
+"""Evaluation: run the policy on a split, verify every trajectory, emit it, and summarise.
+
+Used by `kind: eval` (a baseline or any checkpoint) and by the trainers for validation every
+eval_interval steps and the held-out measurement after training. Metrics are named as
+REFERENCE.md lists them (success_rate, reward_mean, valid_json_rate, ... pass@k, bucket
+counts, cost/*).
+
+Rates that come from verifier components are averaged over the trajectories whose verifier
+reports that component: valid_json, correct_tool, correct_arguments (json_tool_call and
+workplace report them), execution_success (first of the components execution_success,
+write_success (workplace), schema_valid (json_tool_call: the call would execute)), unsafe.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from environments.base import Verifier
+from environments.types import Task, VerifyResult
+from training.agent_loop import Episode, run_episodes
+from training.rollout import HFGenerateEngine, RolloutEngine, SamplingParams
+
+EVAL_SEQUENCES_PER_BATCH = 32
+"""Sequences generated together in one evaluation batch (prompts x samples)."""
+
+_EXECUTION_COMPONENTS = ("execution_success", "write_success", "schema_valid")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How an evaluation samples: greedy (temperature 0) or k samples per task."""
+
+    temperature: float = 0.0
+    num_samples: int = 1
+    max_new_tokens: int = 256
+    seed: int | None = 0
+    sequences_per_batch: int = EVAL_SEQUENCES_PER_BATCH
+
+    def sampling(self, batch_index: int) -> SamplingParams:
+        seed = None if self.seed is None else self.seed + batch_index
+        return SamplingParams(
+            temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            n=self.num_samples,
+            seed=seed,
+        )
+
+
+def settings_from_config(cfg: Any) -> EvalSettings:
+    return EvalSettings(
+        temperature=cfg.eval_temperature,
+        num_samples=cfg.eval_num_samples,
+        max_new_tokens=cfg.max_completion_length,
+        seed=cfg.seed,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Verification and events
+# ---------------------------------------------------------------------------------------
+
+
+def verify_episode(verifier: Verifier, episode: Episode) -> VerifyResult:
+    """The verifier's verdict; an exception inside it is a verifier error, never reward 0."""
+    try:
+        return verifier.verify(episode.task, episode.trajectory)
+    except Exception as exc:  # user verifiers may raise anything; record it, keep going
+        return VerifyResult.failure(f"verifier raised {type(exc).__name__}: {exc}")
+
+
+def _tool_calls(episode: Episode, result: VerifyResult) -> list[dict[str, Any]]:
+    calls = [c for t in episode.trajectory.assistant_turns() for c in t.get("tool_calls") or []]
+    if calls:
+        return calls
+    parse = result.info.get("parse") if isinstance(result.info, dict) else None
+    return list(parse.get("calls") or []) if isinstance(parse, dict) else []
+
+
+def trajectory_fields(
+    episode: Episode,
+    result: VerifyResult,
+    *,
+    step: int,
+    split: str,
+    sample_index: int,
+    group_id: str,
+    advantage: float | None = None,
+) -> dict[str, Any]:
+    """The trajectory event of one verified episode (the worker's ingestion format)."""
+    return {
+        "task_id": episode.task.id,
+        "step": step,
+        "split": split,
+        "sample_index": sample_index,
+        "group_id": group_id,
+        "turns": episode.trajectory.turns,
+        "tool_calls": _tool_calls(episode, result),
+        "reward": result.reward,
+        "passed": result.passed,
+        "failure_bucket": str(result.failure_bucket) if result.failure_bucket else None,
+        "components": dict(result.components),
+        "flags": list(result.flags),
+        "tokens_in": episode.tokens_in,
+        "tokens_out": episode.tokens_out,
+        "latency_ms": round(episode.latency_ms, 3),
+        "advantage": advantage,
+        "truncated": episode.truncated,
+        **({"error": result.error} if result.error else {}),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _component_rate(results: Sequence[VerifyResult], names: Sequence[str]) -> float | None:
+    values = []
+    for result in results:
+        name = next((n for n in names if n in result.components), None)
+        if name is not None:
+            values.append(float(result.components[name]))
+    return _mean(values)
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return float(values[0])
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def _unsafe(result: VerifyResult) -> bool:
+    return (
+        result.components.get("unsafe", 0.0) > 0
+        or "unsafe_action" in result.flags
+        or result.failure_bucket == "unsafe_action"
+    )
+
+
+def pass_at_k(passed_by_task: dict[str, list[bool]]) -> float | None:
+    """Share of tasks with at least one passing sample among their k (n = k samples)."""
+    if not passed_by_task:
+        return None
+    return sum(any(v) for v in passed_by_task.values()) / len(passed_by_task)
+
+
+def summarise(
+    episodes: Sequence[Episode],
+    results: Sequence[VerifyResult],
+    *,
+    num_samples: int,
+    seconds: float,
+) -> dict[str, float | None]:
+    """The evaluation metrics of REFERENCE.md over verified episodes."""
+    rewards = [r.reward for r in results if r.reward is not None]
+    latencies = [e.latency_ms for e in episodes]
+    tokens_out = [e.tokens_out for e in episodes]
+    metrics: dict[str, float | None] = {
+        "success_rate": _mean([float(r.passed) for r in results]),
+        "reward_mean": _mean(rewards),
+        "valid_json_rate": _component_rate(results, ["valid_json"]),
+        "correct_tool_rate": _component_rate(results, ["correct_tool"]),
+        "correct_arguments_rate": _component_rate(results, ["correct_arguments"]),
+        "execution_success_rate": _component_rate(results, _EXECUTION_COMPONENTS),
+        "unsafe_action_rate": _mean([float(_unsafe(r)) for r in results]),
+        "truncation_rate": _mean([float(e.truncated) for e in episodes]),
+        "verifier_error_rate": _mean([float(r.reward is None) for r in results]),
+        "latency_p50": _percentile(latencies, 50),
+        "latency_p95": _percentile(latencies, 95),
+        "tokens_mean": _mean(tokens_out),
+        "num_trajectories": float(len(episodes)),
+        "cost/device_seconds": seconds,
+        "cost/generated_tokens": float(sum(tokens_out)),
+    }
+    if num_samples > 1:
+        by_task: dict[str, list[bool]] = {}
+        for episode, result in zip(episodes, results, strict=True):
+            by_task.setdefault(episode.task.id, []).append(result.passed)
+        metrics[f"pass@{num_samples}"] = pass_at_k(by_task)
+    buckets = Counter(str(r.failure_bucket) for r in results if r.failure_bucket)
+    metrics.update({f"buckets/{name}": float(n) for name, n in sorted(buckets.items())})
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------
+# Running an evaluation
+# ---------------------------------------------------------------------------------------
+
+
+def evaluate(
+    engine: RolloutEngine,
+    tokenizer: Any,
+    env: Any,
+    verifier: Verifier,
+    tasks: Sequence[Task],
+    settings: EvalSettings,
+    *,
+    agent: Any = None,
+    events: Any = None,
+    step: int = 0,
+    split: str = "validation",
+) -> dict[str, float | None]:
+    """Generate, verify and (with `events`) emit every trajectory, then one metric event."""
+    started = time.perf_counter()
+    per_batch = max(1, settings.sequences_per_batch // settings.num_samples)
+    episodes: list[Episode] = []
+    results: list[VerifyResult] = []
+    for index, first in enumerate(range(0, len(tasks), per_batch)):
+        batch = list(tasks[first : first + per_batch])
+        done = run_episodes(engine, tokenizer, env, batch, settings.sampling(index), agent)
+        for position, episode in enumerate(done):
+            result = verify_episode(verifier, episode)
+            episodes.append(episode)
+            results.append(result)
+            if events is not None:
+                events.trajectory(
+                    **trajectory_fields(
+                        episode,
+                        result,
+                        step=step,
+                        split=split,
+                        sample_index=position % settings.num_samples,
+                        group_id=f"{split}-{step}-{episode.task.id}",
+                    )
+                )
+    metrics = summarise(
+        episodes, results, num_samples=settings.num_samples, seconds=time.perf_counter() - started
+    )
+    if events is not None:
+        events.metric(step, metrics, split=split)
+    return metrics
+
+
+def evaluate_job(job: Any, tasks: Sequence[Task], *, step: int, split: str) -> dict[str, Any]:
+    """Evaluate the job's live model on `tasks` (validation, held-out, or kind eval)."""
+    engine = HFGenerateEngine(job.model, job.tokenizer, job.device, autocast=job.autocast)
+    return evaluate(
+        engine,
+        job.tokenizer,
+        job.env,
+        job.verifier,
+        tasks,
+        settings_from_config(job.cfg),
+        agent=job.agent,
+        events=job.events,
+        step=step,
+        split=split,
+    )
+
+
+def checkpoint_step(path: str | None) -> int:
+    """The step a checkpoint folder was saved at (step_N), 0 for the base model."""
+    if not path:
+        return 0
+    from training.checkpoints import read_checkpoint
+
+    found = read_checkpoint(path)
+    return found.step if found is not None else 0
+
+
+def run_eval(job: Any) -> dict[str, Any]:
+    """kind eval: measure the model (or init_checkpoint) on eval_split."""
+    tasks = job.data.split(job.cfg.eval_split)
+    step = checkpoint_step(job.cfg.init_checkpoint)
+    job.events.log(f"evaluating {len(tasks)} tasks of split {job.cfg.eval_split!r} at step {step}")
+    job.events.progress(0, 1)
+    metrics = evaluate_job(job, tasks, step=step, split=job.cfg.eval_split)
+    job.events.progress(1, 1)
+    return {"step": step, "metrics": metrics}

