@@ -47,6 +47,7 @@ class JobContext:
     run_id: int | None
     progress: float = 0.0
     log_lines: list[str] = field(default_factory=list)
+    output_tail: str = ""  # the last lines a supervised process printed
     cancel_requested: threading.Event = field(default_factory=threading.Event)
     lease_lost: threading.Event = field(default_factory=threading.Event)
 
@@ -55,7 +56,10 @@ class JobContext:
         del self.log_lines[:-200]
 
     def log_tail(self) -> str:
-        return "\n".join(self.log_lines)
+        notes = "\n".join(self.log_lines)
+        if not self.output_tail:
+            return notes
+        return f"{notes}\n--- process output ---\n{self.output_tail}"
 
     def set_progress(self, fraction: float) -> None:
         self.progress = fraction

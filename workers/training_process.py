@@ -30,12 +30,12 @@ from webapp.runs.services.run_config import run_process_config
 from workers.runner import JobContext, handler
 
 POLL_SECONDS = 0.5
-STDERR_TAIL_LINES = 200
+STDERR_TAIL_LINES = 100
 READ_BYTES = 8 * 1024 * 1024
 
 
 def run_dir_for(run: Run) -> Path:
-    return Path(settings.CRUCIBLE_RUNS_DIR) / str(run.pk)
+    return Path(settings.CRUCIBLE_RUNS_DIR) / run.folder_name
 
 
 class TrainingProcessFailed(RuntimeError):
@@ -142,7 +142,7 @@ def _mirror_stderr(ctx: JobContext, stderr_path: Path) -> None:
             lines = deque(f.read().decode(errors="replace").splitlines(), maxlen=STDERR_TAIL_LINES)
     except FileNotFoundError:
         return
-    ctx.log_lines[:] = list(lines)
+    ctx.output_tail = "\n".join(lines)
 
 
 def _stop_process_group(proc: subprocess.Popen) -> None:

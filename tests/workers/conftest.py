@@ -38,7 +38,8 @@ class LiveWorker:
         return self.log_path.read_text(errors="replace")
 
 
-def start_worker(queue: str, log_path: Path, *, lease_seconds: int = 8, extra_env: dict | None = None) -> LiveWorker:
+def start_worker(queue: str, log_path: Path, *, lease_seconds: int = 8, beat: bool = False,
+                 extra_env: dict | None = None) -> LiveWorker:
     env = dict(os.environ)
     env.update({
         "DJANGO_SETTINGS_MODULE": "webapp.config.settings.test",
@@ -51,7 +52,8 @@ def start_worker(queue: str, log_path: Path, *, lease_seconds: int = 8, extra_en
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "webapp.config", "worker", "-Q", queue,
          "--concurrency", "1", "--prefetch-multiplier", "1", "-O", "fair", "-l", "INFO",
-         "-n", f"test-{queue}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+         "-n", f"test-{queue}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat",
+         *(["-B", "-s", str(log_path.with_suffix(".beat"))] if beat else [])],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     deadline = time.time() + 60

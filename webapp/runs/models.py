@@ -7,6 +7,8 @@ of that attempt is fenced by it (see services/jobs.py).
 
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 
@@ -59,6 +61,10 @@ class RunStatus(models.TextChoices):
 
 class Run(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    storage_key = models.UUIDField(
+        default=uuid.uuid4, editable=False, unique=True,
+        help_text="Names the run's folder, so a reused primary key never meets an old folder.",
+    )
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=8, choices=RunKind.choices)
     config = models.JSONField(default=dict, help_text="Validated against training.config's schema.")
@@ -82,6 +88,10 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def folder_name(self) -> str:
+        return f"{self.pk}-{self.storage_key.hex[:12]}"
 
 
 class ExperimentState(models.TextChoices):

@@ -164,16 +164,18 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# The queue the periodic tasks go to (every worker started with -B must consume it).
+_BEAT_QUEUE = env_str("CRUCIBLE_BEAT_QUEUE", "default")
 CELERY_BEAT_SCHEDULE = {
     "reap-expired-jobs": {
         "task": "workers.tasks.reap_expired_jobs",
         "schedule": float(env_int("CRUCIBLE_REAPER_INTERVAL_SECONDS", 30, minimum=1)),
-        "options": {"queue": "default"},
+        "options": {"queue": _BEAT_QUEUE},
     },
     "advance-experiments": {
         "task": "workers.tasks.advance_experiments",
         "schedule": float(env_int("CRUCIBLE_REAPER_INTERVAL_SECONDS", 30, minimum=1)),
-        "options": {"queue": "default"},
+        "options": {"queue": _BEAT_QUEUE},
     },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
