@@ -23,7 +23,7 @@ from typing import Any
 from environments.base import Verifier
 from environments.types import Task, VerifyResult
 from training.agent_loop import Episode, run_episodes
-from training.rollout import HFGenerateEngine, RolloutEngine, SamplingParams
+from training.rollout import RolloutEngine, SamplingParams
 
 EVAL_SEQUENCES_PER_BATCH = 32
 """Sequences generated together in one evaluation batch (prompts x samples)."""
@@ -244,7 +244,9 @@ def evaluate(
 
 def evaluate_job(job: Any, tasks: Sequence[Task], *, step: int, split: str) -> dict[str, Any]:
     """Evaluate the job's live model on `tasks` (validation, held-out, or kind eval)."""
-    engine = HFGenerateEngine(job.model, job.tokenizer, job.device, autocast=job.autocast)
+    from training.runner import rollout_engine  # runner builds jobs for this module's loop
+
+    engine = rollout_engine(job)
     return evaluate(
         engine,
         job.tokenizer,

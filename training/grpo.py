@@ -37,7 +37,7 @@ from training.agent_loop import Episode, run_episodes
 from training.evaluate import evaluate_job, trajectory_fields, verify_episode
 from training.losses import group_advantages_with_stats, policy_loss, soft_overlong_penalty
 from training.models import autocast_context
-from training.rollout import HFGenerateEngine, SamplingParams, position_ids_from_mask
+from training.rollout import SamplingParams, padding_id, position_ids_from_mask
 from training.runner import (
     MAX_GRAD_NORM,
     Job,
@@ -45,6 +45,7 @@ from training.runner import (
     make_optimizer,
     prefixed,
     resume,
+    rollout_engine,
     save_checkpoint,
     validation_due,
 )
@@ -208,9 +209,9 @@ class GRPOTrainer:
         self.cfg = cfg
         self.tasks = job.data.split(cfg.train_split)
         self.group_size = cfg.num_generations_per_prompt
-        self.engine = HFGenerateEngine(job.model, job.tokenizer, job.device, autocast=job.autocast)
+        self.engine = rollout_engine(job)
         self.optimizer, self.scheduler = make_optimizer(job, cfg.max_steps)
-        self.pad_id = self.engine.pad_id
+        self.pad_id = padding_id(job.tokenizer, job.model)
         self.validation: dict[int, dict[str, Any]] = {}
 
     # --- generation ---------------------------------------------------------------------

@@ -184,6 +184,12 @@ def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def padding_id(tokenizer: Any, model: Any = None) -> int:
+    """The id used to fill padded positions (never used to build masks)."""
+    pad = tokenizer.pad_token_id
+    return int(pad) if pad is not None else stop_token_ids(tokenizer, model)[0]
+
+
 class HFGenerateEngine:
     """Batched `model.generate` with left padding, explicit masks and shared prompt prefill.
 
@@ -207,8 +213,7 @@ class HFGenerateEngine:
         self.autocast = autocast
         self.share_prefill = share_prefill
         self.stops = stop_token_ids(tokenizer, model)
-        pad = tokenizer.pad_token_id
-        self.pad_id = int(pad) if pad is not None else self.stops[0]
+        self.pad_id = padding_id(tokenizer, model)
 
     def sync_weights(self, model: Any) -> None:
         """HF generate samples from the live training model, so syncing is pointing at it."""

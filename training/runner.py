@@ -34,6 +34,7 @@ from training.models import (
     load_model_and_tokenizer,
     prepare_tokenizer,
 )
+from training.rollout import HFGenerateEngine, RolloutEngine
 
 DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -46,6 +47,24 @@ MAX_GRAD_NORM = 1.0
 
 class JobError(RuntimeError):
     """A job cannot run as configured; the message says what to change."""
+
+
+def rollout_engine(job: Job) -> RolloutEngine:
+    """The configured generation backend, built once per job and shared by training and evals.
+
+    hf: transformers' generate on the live model. vllm (the `gpu` extra): a vLLM engine
+    that serves the policy; the GRPO loop calls sync_weights before every generation batch.
+    """
+    engine = job.extra.get("engine")
+    if engine is None:
+        if job.cfg.rollout_backend == "vllm":
+            from training.vllm_backend import VLLMEngine
+
+            engine = VLLMEngine.from_model(job.model, job.tokenizer, seed=job.cfg.seed)
+        else:
+            engine = HFGenerateEngine(job.model, job.tokenizer, job.device, autocast=job.autocast)
+        job.extra["engine"] = engine
+    return engine
 
 
 @dataclass
