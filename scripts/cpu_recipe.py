@@ -94,6 +94,8 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=60)
     parser.add_argument("--grpo-steps", type=int, default=30)
     parser.add_argument("--max-completion-length", type=int, default=96)
+    parser.add_argument("--no-bf16", dest="bf16", action="store_false",
+                        help="train and generate in fp32 (bf16 autocast roughly halves CPU step time)")
     args = parser.parse_args()
     if args.tiny:
         args.train_tasks, args.validation_tasks, args.held_out = 16, 4, 8
@@ -105,7 +107,7 @@ def main() -> None:
     model = tiny_model(args.out) if args.tiny else args.model
     common = {
         "model": model, "dataset": str(dataset), "environment": "json_tool_call",
-        "device": "cpu", "bf16": False, "seed": args.seed,
+        "device": "cpu", "bf16": args.bf16, "seed": args.seed,
         "max_completion_length": args.max_completion_length,
     }
     held_out = {**common, "kind": "eval", "eval_split": "held_out"}

@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 
+from environments.base import Verifier
+from environments.registry import VERIFIERS, canonical_verifier_name, get_verifier
 from environments.types import Task, VerifyResult
 from training.agent_loop import Episode, run_episodes
 from training.evaluate import evaluate_job, trajectory_fields, verify_episode
@@ -475,19 +477,39 @@ def _tool_failure_count(episode: Episode) -> int:
     )
 
 
+def _held_out_target(job: Job, name: str) -> tuple[str, Verifier] | None:
+    """`held_out_eval` names a split of the dataset, or an eval (a verifier name such as the
+    seeds' `tool_call_eval`) to run on the dataset's held_out split."""
+    if job.data.has(name):
+        return name, job.verifier
+    verifier_name = canonical_verifier_name(name)
+    if verifier_name in VERIFIERS and job.data.has("held_out"):
+        same = job.cfg.verifier is not None and canonical_verifier_name(job.cfg.verifier.name) == verifier_name
+        return "held_out", job.verifier if same else get_verifier(verifier_name)
+    return None
+
+
 def held_out_eval(job: Job, step: int) -> dict[str, Any]:
-    """Measure the held-out split once after training, when the dataset has it."""
+    """Measure the held-out set once after training, when the dataset has it."""
     name = job.cfg.held_out_eval
     if not name:
         return {}
-    if not job.data.has(name):
+    target = _held_out_target(job, name)
+    if target is None:
         job.events.log(
-            f"held_out_eval {name!r} is not a split of {job.data.name}; skipped", level="warning"
+            f"held_out_eval {name!r} is neither a split of {job.data.name} nor an eval to run on "
+            "its held_out split; skipped",
+            level="warning",
         )
         return {}
+    split, verifier = target
     job.model.eval()
-    metrics = evaluate_job(job, job.data.split(name), step=step, split=name)
-    return prefixed(metrics, name)
+    trained_verifier, job.verifier = job.verifier, verifier
+    try:
+        metrics = evaluate_job(job, job.data.split(split), step=step, split=split)
+    finally:
+        job.verifier = trained_verifier
+    return prefixed(metrics, split)
 
 
 class _ProgressBar:

@@ -87,3 +87,21 @@ def test_bad_config_key_is_named_in_the_error_event(tmp_path):
     events, _ = read_events(tmp_path / "out" / "events.jsonl")
     assert events[-1]["type"] == "error"
     assert "num_generation" in events[-1]["message"] and "did you mean" in events[-1]["message"]
+
+
+def test_seed_style_held_out_eval_runs_the_named_eval_on_the_held_out_split(tiny_model_dir, json_tasks_file, tmp_path):
+    lines = json_tasks_file.read_text().splitlines()
+    held_out = [json.dumps({**json.loads(line), "split": "held_out", "id": json.loads(line)["id"] + "-h"})
+                for line in lines[:3]]
+    dataset = tmp_path / "tasks.jsonl"
+    dataset.write_text("\n".join(lines + held_out) + "\n")
+    config = _config(tmp_path / "grpo.json", kind="grpo", model=str(tiny_model_dir), dataset=str(dataset),
+                     device="cpu", bf16=False, max_completion_length=4, num_prompts_per_step=1,
+                     num_generations_per_prompt=2, max_steps=1, eval_interval=100, checkpoint_interval=1,
+                     reward="tool_call_verifier", held_out_eval="tool_call_eval")
+    result = _run(["run", "--config", str(config), "--out", str(tmp_path / "run")])
+    assert result.returncode == 0, result.stderr[-2000:]
+    events, _ = read_events(tmp_path / "run" / "events.jsonl")
+    held = [e for e in events if e["type"] == "metric" and e["split"] == "held_out"]
+    assert len(held) == 1 and held[0]["step"] == 1 and held[0]["metrics"]["num_trajectories"] == 3
+    assert not [e for e in events if e["type"] == "log" and "skipped" in e.get("message", "")]
