@@ -45,6 +45,34 @@ def dataset_create(
             metadata=task.metadata, content_hash=digest,
         ))
     Task.objects.bulk_create(rows, batch_size=500)
-    dataset.content_hash = hashlib.sha256("".join(sorted(seen)).encode()).hexdigest()
+    dataset.content_hash = dataset_content_hash(seen)
     dataset.save(update_fields=["content_hash"])
     return dataset
+
+
+def dataset_content_hash(task_hashes: Iterable[str]) -> str:
+    """A dataset's identity: the SHA-256 of its tasks' hashes in sorted order."""
+    return hashlib.sha256("".join(sorted(task_hashes)).encode()).hexdigest()
+
+
+@transaction.atomic
+def dataset_new_version(*, dataset: TaskDataset, add: list[Task], actor) -> TaskDataset:
+    """The next version of `dataset`: its tasks plus `add` (unsaved Task rows without a dataset)."""
+    version = (TaskDataset.objects.filter(project=dataset.project, name=dataset.name)
+               .aggregate(v=Max("version"))["v"] or 0) + 1
+    successor = TaskDataset.objects.create(
+        project=dataset.project, name=dataset.name, version=version, environment=dataset.environment,
+        description=dataset.description, parent=dataset, created_by=actor,
+    )
+    copies = [
+        Task(dataset=successor, external_id=t.external_id, messages=t.messages, tools=t.tools,
+             ground_truth=t.ground_truth, category=t.category, split=t.split, source=t.source, metadata=t.metadata,
+             content_hash=t.content_hash, origin_trajectory_id=t.origin_trajectory_id)
+        for t in dataset.tasks.all().iterator(chunk_size=1000)
+    ]
+    for task in add:
+        task.dataset = successor
+    Task.objects.bulk_create(copies + add, batch_size=1000)
+    successor.content_hash = dataset_content_hash(t.content_hash for t in copies + add)
+    successor.save(update_fields=["content_hash"])
+    return successor

@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.db.models import Max
 
 from environments.parsing import parse_tool_calls
 from environments.types import Task as EnvTask
 from webapp.datasets.models import Source, Split, Task, TaskDataset
-from webapp.datasets.services import task_content_hash
+from webapp.datasets.services import dataset_new_version, task_content_hash
 from webapp.trajectories.models import Trajectory
 from webapp.trajectories.services.verification import env_task_of
 
@@ -64,35 +63,13 @@ def tasks_from_trajectories(
         new_tasks.append((trajectory, candidate, digest))
     if not new_tasks:
         return report
-    report.dataset = _next_version_with(dataset, new_tasks, actor)
-    report.created = len(new_tasks)
-    return report
-
-
-def _next_version_with(dataset: TaskDataset, new_tasks: list[tuple[Trajectory, EnvTask, str]], actor) -> TaskDataset:
-    import hashlib
-
-    version = (TaskDataset.objects.filter(project=dataset.project, name=dataset.name)
-               .aggregate(v=Max("version"))["v"] or 0) + 1
-    successor = TaskDataset.objects.create(
-        project=dataset.project, name=dataset.name, version=version, environment=dataset.environment,
-        description=dataset.description, parent=dataset, created_by=actor,
-    )
-    copies = [
-        Task(dataset=successor, external_id=t.external_id, messages=t.messages, tools=t.tools,
-             ground_truth=t.ground_truth, category=t.category, split=t.split, source=t.source, metadata=t.metadata,
-             content_hash=t.content_hash, origin_trajectory_id=t.origin_trajectory_id)
-        for t in dataset.tasks.all().iterator(chunk_size=1000)
-    ]
-    copies += [
-        Task(dataset=successor, external_id=task.id, messages=task.messages, tools=task.tools,
-             ground_truth=task.ground_truth, category=task.category, split=task.split, source=Source.PRODUCTION
-             if trajectory.source == "production" else Source.HUMAN, metadata=task.metadata, content_hash=digest,
+    rows = [
+        Task(external_id=task.id, messages=task.messages, tools=task.tools, ground_truth=task.ground_truth,
+             category=task.category, split=task.split, metadata=task.metadata, content_hash=digest,
+             source=Source.PRODUCTION if trajectory.source == "production" else Source.HUMAN,
              origin_trajectory=trajectory)
         for trajectory, task, digest in new_tasks
     ]
-    Task.objects.bulk_create(copies, batch_size=1000)
-    hashes = sorted(c.content_hash for c in copies)
-    successor.content_hash = hashlib.sha256("".join(hashes).encode()).hexdigest()
-    successor.save(update_fields=["content_hash"])
-    return successor
+    report.dataset = dataset_new_version(dataset=dataset, add=rows, actor=actor)
+    report.created = len(rows)
+    return report
