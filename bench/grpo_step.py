@@ -88,16 +88,20 @@ class Ours:
 
 
 class Trl:
-    """TRL's GRPOTrainer on the same prompts and reward; timed per step with a callback."""
+    """TRL's GRPOTrainer on the same prompts and reward, timed per step with a callback.
 
-    def __init__(self, tasks, tiny: bool, lr: float) -> None:
+    One TRL trainer runs all its steps; every `block` steps a callback hands the process
+    to our trainer for a block of its own, so the two alternate under the same load.
+    """
+
+    def __init__(self, tasks, tiny: bool, lr: float, steps: int, block: int, ours: Ours) -> None:
         from datasets import Dataset
         from peft import LoraConfig
         from transformers import TrainerCallback
         from trl import GRPOConfig
         from trl import GRPOTrainer as TRLGRPOTrainer
 
-        self.model, self.tokenizer = load(tiny)
+        model, tokenizer = load(tiny)
         verifier = JsonToolCallVerifier()
         by_id = {t.id: t for t in tasks}
 
@@ -109,25 +113,31 @@ class Trl:
             ]
 
         rows = [{"prompt": t.messages, "task_id": t.id} for t in tasks]
-        self.times: list[float] = []
-        self.tokens: list[float] = []
-        self.rewards: list[float] = []
+        self.rows: list[list[float]] = []  # [seconds, generated tokens, reward] per step
+        self.ours_rows: list[tuple[float, float, float]] = []
+        self.memory = {"ours": 0.0, "trl": 0.0}
         bench = self
 
-        class Timer(TrainerCallback):
+        class TimeAndAlternate(TrainerCallback):
             def on_step_begin(self, args, state, control, **kwargs):
                 bench._started = time.perf_counter()
 
-            def on_step_end(self, args, state, control, **kwargs):
-                bench.times.append(time.perf_counter() - bench._started)
-
             def on_log(self, args, state, control, logs=None, **kwargs):
-                if logs and "reward" in logs:
-                    bench.rewards.append(logs["reward"])
-                    bench.tokens.append(logs.get("completions/mean_length", 0) * PROMPTS * GENERATIONS)
+                if logs and "reward" in logs and bench.rows:
+                    tokens = logs.get("completions/mean_length", 0) * PROMPTS * GENERATIONS
+                    bench.rows[-1][1:] = [tokens, logs["reward"]]
 
-        self.make = lambda steps: TRLGRPOTrainer(
-            model=self.model,
+            def on_step_end(self, args, state, control, **kwargs):
+                bench.rows.append([time.perf_counter() - bench._started, 0.0, 0.0])
+                bench.memory["trl"] = max(bench.memory["trl"], peak_memory_mb())
+                if state.global_step % block == 0:
+                    reset_peak_memory()
+                    bench.ours_rows += ours.steps(block)
+                    bench.memory["ours"] = max(bench.memory["ours"], peak_memory_mb())
+                    reset_peak_memory()
+
+        self.trainer = TRLGRPOTrainer(
+            model=model,
             reward_funcs=reward,
             args=GRPOConfig(
                 output_dir=tempfile.mkdtemp(prefix="bench-trl-"), max_steps=steps,
@@ -137,16 +147,19 @@ class Trl:
                 lr_scheduler_type="constant", bf16=torch.cuda.is_available(),
             ),
             train_dataset=Dataset.from_list(rows),
-            processing_class=self.tokenizer,
+            processing_class=tokenizer,
             peft_config=LoraConfig(r=LORA_R, lora_alpha=2 * LORA_R, target_modules="all-linear",
                                    task_type="CAUSAL_LM"),
-            callbacks=[Timer()],
+            callbacks=[TimeAndAlternate()],
         )
 
-    def steps(self, n: int) -> list[tuple[float, float, float]]:
-        first = len(self.times)
-        self.make(n).train()
-        return list(zip(self.times[first:], self.tokens[first:], self.rewards[first:], strict=False))
+    def run(self) -> None:
+        self.trainer.train()
+
+
+def reset_peak_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
 
 
 def summary(name: str, rows: list[tuple[float, float, float]], memory: float) -> float:
@@ -172,27 +185,20 @@ def main() -> None:
         print("trl is not installed: measuring our trainer only. For the comparison run "
               "`pip install trl` in this environment and run the script again.")
     ours = Ours(tasks, args.tiny, args.lr)
-    trl = Trl(tasks, args.tiny, args.lr) if have_trl else None
-    ours_rows: list[tuple[float, float, float]] = []
-    trl_rows: list[tuple[float, float, float]] = []
     memory = {"ours": 0.0, "trl": 0.0}
-    done = 0
-    while done < args.steps:
-        block = min(args.block, args.steps - done)
-        if torch.cuda.is_available():
-            torch.cuda.reset_peak_memory_stats()
-        ours_rows += ours.steps(block)
-        memory["ours"] = max(memory["ours"], peak_memory_mb())
-        if trl is not None:
-            if torch.cuda.is_available():
-                torch.cuda.reset_peak_memory_stats()
-            trl_rows += trl.steps(block)
-            memory["trl"] = max(memory["trl"], peak_memory_mb())
-        done += block
+    trl_rows: list[tuple[float, float, float]] = []
+    if have_trl:
+        trl = Trl(tasks, args.tiny, args.lr, args.steps, args.block, ours)
+        trl.run()
+        ours_rows, memory = trl.ours_rows, trl.memory
+        trl_rows = [tuple(r) for r in trl.rows]
+    else:
+        ours_rows = ours.steps(args.steps)
+        memory["ours"] = peak_memory_mb()
     print(f"device: {'cuda' if torch.cuda.is_available() else 'cpu'}, {PROMPTS} prompts x "
           f"{GENERATIONS} generations, max_completion_length {COMPLETION}, LoRA r {LORA_R}, beta 0")
     mine = summary("ours", ours_rows, memory["ours"])
-    if trl is not None and trl_rows:
+    if trl_rows:
         theirs = summary("trl", trl_rows, memory["trl"])
         print(f"ratio ours / trl (median s/step): {mine / theirs:.2f} (target <= 0.7)")
     if not torch.cuda.is_available():

@@ -91,8 +91,10 @@ def main() -> None:
     parser.add_argument("--train-tasks", type=int, default=1000)
     parser.add_argument("--validation-tasks", type=int, default=50)
     parser.add_argument("--held-out", type=int, default=200)
-    parser.add_argument("--sft-steps", type=int, default=60)
-    parser.add_argument("--grpo-steps", type=int, default=30)
+    parser.add_argument("--sft-steps", type=int, default=30)
+    parser.add_argument("--grpo-steps", type=int, default=20)
+    parser.add_argument("--grpo-prompts", type=int, default=3, help="prompts per GRPO step")
+    parser.add_argument("--grpo-generations", type=int, default=8, help="samples per prompt (the group)")
     parser.add_argument("--max-completion-length", type=int, default=96)
     parser.add_argument("--no-bf16", dest="bf16", action="store_false",
                         help="train and generate in fp32 (bf16 autocast roughly halves CPU step time)")
@@ -122,8 +124,8 @@ def main() -> None:
     sft_checkpoint = final_checkpoint(sft)
     grpo, t_grpo = run_stage("grpo", {
         **common, "kind": "grpo", "algorithm": "dapo", "init_checkpoint": sft_checkpoint,
-        "max_steps": args.grpo_steps, "num_prompts_per_step": 4, "num_generations_per_prompt": 8,
-        "micro_batch_size": 8, "learning_rate": 2e-5, "lr_scheduler": "constant",
+        "max_steps": args.grpo_steps, "num_prompts_per_step": args.grpo_prompts,
+        "num_generations_per_prompt": args.grpo_generations, "micro_batch_size": 8, "learning_rate": 2e-5, "lr_scheduler": "constant",
         "temperature": 1.0, "max_generation_batches": 3, "eval_interval": 0,
         "checkpoint_interval": 0,
     }, args.out)
