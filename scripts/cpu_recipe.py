@@ -133,18 +133,25 @@ def main() -> None:
     grpo_eval, t_grpo_eval = run_stage(
         "grpo_held_out", {**held_out, "init_checkpoint": final_checkpoint(grpo)}, args.out
     )
+    # The same checkpoints on the validation split: request templates seen in training.
+    seen = {**common, "kind": "eval", "eval_split": "validation"}
+    sft_seen, _ = run_stage("sft_validation", {**seen, "init_checkpoint": sft_checkpoint}, args.out)
+    grpo_seen, _ = run_stage("grpo_validation", {**seen, "init_checkpoint": final_checkpoint(grpo)}, args.out)
 
     rows = [
-        ("baseline (base model)", last_metrics(baseline, "held_out"), t_base),
-        ("after SFT", last_metrics(sft_eval, "held_out"), t_sft_eval),
-        ("after SFT + GRPO", last_metrics(grpo_eval, "held_out"), t_grpo_eval),
+        ("baseline (base model)", last_metrics(baseline, "held_out"), t_base, None),
+        ("after SFT", last_metrics(sft_eval, "held_out"), t_sft_eval, last_metrics(sft_seen, "validation")),
+        ("after SFT + GRPO", last_metrics(grpo_eval, "held_out"), t_grpo_eval,
+         last_metrics(grpo_seen, "validation")),
     ]
-    print(f"\nheld-out tasks: {sizes['held_out']} (templates never trained on)")
-    print(f"{'model':<24}{'success':>9}{'valid_json':>12}{'right_tool':>12}{'eval s':>8}")
-    for name, metrics, seconds in rows:
+    print(f"\nheld-out tasks: {sizes['held_out']} (templates never trained on); "
+          f"validation: {sizes['validation']} (seen templates)")
+    print(f"{'model':<24}{'success':>9}{'valid_json':>12}{'right_tool':>12}{'eval s':>8}{'validation':>12}")
+    for name, metrics, seconds, seen_metrics in rows:
+        seen_rate = f"{seen_metrics.get('success_rate', 0):.1%}" if seen_metrics else "-"
         print(
             f"{name:<24}{metrics.get('success_rate', 0):>9.1%}{metrics.get('valid_json_rate') or 0:>12.1%}"
-            f"{metrics.get('correct_tool_rate') or 0:>12.1%}{seconds:>8.0f}"
+            f"{metrics.get('correct_tool_rate') or 0:>12.1%}{seconds:>8.0f}{seen_rate:>12}"
         )
     print(f"training wall time: SFT {t_sft:.0f} s ({args.sft_steps} steps), GRPO {t_grpo:.0f} s ({args.grpo_steps} steps)")
 

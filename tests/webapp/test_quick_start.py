@@ -39,9 +39,11 @@ def test_setup_prints_the_login_once_and_seeds_the_demo():
 
     project = Project.objects.get(slug="demo")
     assert Membership.objects.get(project=project).role == "owner"
-    dataset = project.datasets.get()
-    assert dataset.tasks.count() == 400
-    assert set(dataset.tasks.values_list("split", flat=True)) == {"train", "validation", "held_out"}
+    datasets = {d.name: d for d in project.datasets.all()}
+    assert datasets["workplace-synthetic"].tasks.count() == 400
+    assert datasets["workplace-json"].environment == "json_tool_call"
+    for dataset in datasets.values():
+        assert set(dataset.tasks.values_list("split", flat=True)) == {"train", "validation", "held_out"}
     assert {v.kind for v in project.verifiers.all()} == {"workplace", "json_tool_call"}
     assert all(v.versions.count() == 1 for v in project.verifiers.all())
     assert project.model_specs.get().spec == "smollm2-135m-instruct"

@@ -40,6 +40,7 @@ def demo_seed(*, owner) -> Project:
     existing = Project.objects.filter(slug=DEMO_SLUG).first()
     if existing is not None:
         return existing
+    from environments.json_tool_call_tasks import workplace_json_tasks
     from environments.workplace.generator import generate_tasks
 
     project = project_create(
@@ -49,6 +50,11 @@ def demo_seed(*, owner) -> Project:
     dataset_create(
         project=project, name="workplace-synthetic", tasks=generate_tasks(DEMO_TASKS, 0), actor=owner,
         environment="workplace", description=f"{DEMO_TASKS} generated workplace tasks (seed 0).",
+    )
+    dataset_create(
+        project=project, name="workplace-json", tasks=workplace_json_tasks(DEMO_TASKS, 0), actor=owner,
+        environment="json_tool_call",
+        description="The same requests as one-call json_tool_call tasks with a short tool list (small models).",
     )
     verifier_create(
         project=project, name="workplace end state", kind="workplace", config={"mode": "lenient"}, actor=owner,

@@ -19,14 +19,16 @@ __all__ = ["ConfigError", "run_create", "run_process_config"]
 
 
 def _config_with_links(
-    config: dict, *, kind: str, dataset_path: str | None, verifier_version: VerifierVersion | None,
-    model: ModelSpec | None, parent_checkpoint: Checkpoint | None,
+    config: dict, *, kind: str, dataset: TaskDataset | None, dataset_path: str | None,
+    verifier_version: VerifierVersion | None, model: ModelSpec | None, parent_checkpoint: Checkpoint | None,
 ) -> dict:
     """The run's own config plus what its linked rows say (dataset file, verifier, model, start point)."""
     merged = {k: v for k, v in config.items() if k != "reward" or verifier_version is None}
     merged.setdefault("kind", kind)
-    if dataset_path is not None:
+    if dataset is not None and dataset_path is not None:
         merged["dataset"] = dataset_path
+        if dataset.environment:
+            merged.setdefault("environment", dataset.environment)
     if verifier_version is not None:
         merged["verifier"] = {"name": verifier_version.verifier.kind, "config": verifier_version.config}
     if model is not None:
@@ -46,7 +48,8 @@ def run_create(
 ) -> tuple[Run, Job | None]:
     """Validate the config (ConfigError names the bad key), save the run, and queue its job."""
     validate_run_config(_config_with_links(
-        config, kind=kind, dataset_path="tasks.jsonl" if dataset else None, verifier_version=verifier_version,
+        config, kind=kind, dataset=dataset, dataset_path="tasks.jsonl" if dataset else None,
+        verifier_version=verifier_version,
         model=model, parent_checkpoint=parent_checkpoint,
     ))
     run = Run.objects.create(
@@ -61,7 +64,8 @@ def run_process_config(run: Run, run_dir: Path) -> dict:
     """The JSON config `python -m training run` receives for this run (dataset exported beside it)."""
     dataset_path = str(_export_dataset(run.dataset, run_dir)) if run.dataset_id else None
     config = _config_with_links(
-        run.config, kind=run.kind, dataset_path=dataset_path, verifier_version=run.verifier_version,
+        run.config, kind=run.kind, dataset=run.dataset, dataset_path=dataset_path,
+        verifier_version=run.verifier_version,
         model=run.model, parent_checkpoint=run.parent_checkpoint,
     )
     validate_run_config(config)
