@@ -75,12 +75,12 @@ def test_start_runs_web_and_worker_and_stops_both(tmp_path):
                 time.sleep(0.5)
         text = (tmp_path / "start.log").read_text()
         deadline = time.time() + 60
-        while "ready." not in text and time.time() < deadline:
+        while text.count("ready.") < 2 and time.time() < deadline:
             time.sleep(0.5)
             text = (tmp_path / "start.log").read_text()
         assert status == 200, text[-3000:]
         assert f"Crucible is running at http://127.0.0.1:{port}/" in text
-        assert "ready." in text, text[-3000:]
+        assert "long@" in text and "light@" in text and text.count("ready.") == 2, text[-3000:]
     finally:
         os.killpg(proc.pid, signal.SIGINT) if proc.poll() is None else None
         proc.wait(timeout=60)

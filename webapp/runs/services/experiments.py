@@ -134,7 +134,7 @@ def _stage_state(experiment: Experiment, stage: str) -> str | None:
     return info["state"]
 
 
-def _plan(experiment: Experiment) -> list[str]:
+def stage_plan(experiment: Experiment) -> list[str]:
     regression = [f"regression:{n}:{side}" for n in experiment.config["regression_datasets"]
                   for side in ("baseline", "candidate")]
     return [*STAGE_ORDER, *regression]
@@ -185,7 +185,7 @@ def experiment_advance(*, experiment_id: int) -> Experiment:
     if experiment.state != ExperimentState.RUNNING:
         return experiment
     try:
-        for stage in _plan(experiment):
+        for stage in stage_plan(experiment):
             state = _stage_state(experiment, stage)
             if state is None:
                 _create(experiment, stage)

@@ -1,12 +1,14 @@
-"""Start the web process and a real Celery worker (with the reaper's beat) together.
+"""Start the web process and real Celery workers together.
 
-This is the embedded default's process model: two processes, no servers to
-install. Ctrl-C (or SIGTERM) stops both; if either dies the other is stopped too.
+This is the embedded default's process model, no servers to install: the web
+process, a worker for the long jobs (train, rollout) and a worker for the light
+ones (default, verify) that also runs celery beat (the reaper, the experiment
+sweep), so periodic work never waits behind an hour of training. Ctrl-C (or
+SIGTERM) stops all of them; if one dies the others are stopped too.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,28 +17,36 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-ALL_QUEUES = "default,verify,rollout,train"
+LONG_QUEUES = "train,rollout"
+LIGHT_QUEUES = "default,verify"
 
 
 class Command(BaseCommand):
-    help = "Run the web app and a Celery worker for all queues (embedded default)."
+    help = "Run the web app and Celery workers for all queues (embedded default)."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
-        parser.add_argument("--queues", default=os.environ.get("CRUCIBLE_WORKER_QUEUES", ALL_QUEUES))
 
-    def handle(self, *args, host: str, port: int, queues: str, **options) -> None:
+    def handle(self, *args, host: str, port: int, **options) -> None:
         python = sys.executable
         manage = str(settings.BASE_DIR / "manage.py")
         web = subprocess.Popen([python, manage, "runserver", f"{host}:{port}", "--noreload"], cwd=settings.BASE_DIR)
-        worker = subprocess.Popen([
-            python, "-m", "celery", "-A", "webapp.config", "worker", "-B", "-Q", queues,
-            "--concurrency", "1", "--prefetch-multiplier", "1", "-O", "fair", "-l", "INFO",
-        ], cwd=settings.BASE_DIR)
+        workers = [
+            _worker(python, "long", LONG_QUEUES, beat=False),
+            _worker(python, "light", LIGHT_QUEUES, beat=True),
+        ]
         self.stdout.write(self.style.SUCCESS(f"\nCrucible is running at http://{host}:{port}/  (Ctrl-C stops it)\n"))
-        code = _supervise([web, worker])
+        code = _supervise([web, *workers])
         raise SystemExit(code)
+
+
+def _worker(python: str, name: str, queues: str, *, beat: bool) -> subprocess.Popen:
+    beat_args = ["-B", "-s", str(settings.DATA_DIR / "celerybeat-schedule")] if beat else []
+    return subprocess.Popen([
+        python, "-m", "celery", "-A", "webapp.config", "worker", "-n", f"{name}@%h", "-Q", queues, *beat_args,
+        "--concurrency", "1", "--prefetch-multiplier", "1", "-O", "fair", "-l", "INFO",
+    ], cwd=settings.BASE_DIR)
 
 
 def _supervise(procs: list[subprocess.Popen]) -> int:

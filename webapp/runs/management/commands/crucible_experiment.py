@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from webapp.projects.models import Project
 from webapp.runs.models import Experiment, ExperimentState
-from webapp.runs.services.experiments import ExperimentError, experiment_create
+from webapp.runs.services.experiments import ExperimentError, experiment_create, stage_plan
 
 # Small enough for a CPU demo: every stage runs, in minutes rather than hours.
 QUICK_CONFIG = {
@@ -64,7 +64,7 @@ class Command(BaseCommand):
         seen = None
         while True:
             experiment = Experiment.objects.get(pk=experiment_id)
-            stages = {name: info["state"] for name, info in experiment.stages.items()}
+            stages = {name: experiment.stages[name]["state"] for name in stage_plan(experiment) if name in experiment.stages}
             if stages != seen:
                 self.stdout.write(f"  stages: {stages}")
                 seen = stages
