@@ -1,17 +1,29 @@
-"""Celery tasks: ids in, one service call each."""
+"""Celery tasks: ids in, one service call each.
+
+All three are idempotent (a job is claimed at most once per attempt; the reaper and
+the experiment sweep recompute from the database), so they are acknowledged late
+and re-queued if their worker process dies: a redelivered message changes nothing.
+Time limits sit above the training process's own deadline, as a last resort.
+"""
 
 from __future__ import annotations
 
 import logging
 
 from celery import shared_task
+from django.conf import settings
 
 from workers import registration  # noqa: F401  (connects the worker registration signals)
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="workers.tasks.execute_job", ignore_result=True)
+_JOB_HARD_LIMIT = settings.CRUCIBLE_JOB_TIMEOUT_SECONDS + 600
+_IDEMPOTENT = {"ignore_result": True, "acks_late": True, "reject_on_worker_lost": True}
+
+
+@shared_task(name="workers.tasks.execute_job", soft_time_limit=_JOB_HARD_LIMIT - 60, time_limit=_JOB_HARD_LIMIT,
+             **_IDEMPOTENT)
 def execute_job(job_id: int) -> None:
     """Claim and run one job. A duplicate message finds the job claimed and does nothing."""
     from workers.runner import run_job
@@ -19,7 +31,7 @@ def execute_job(job_id: int) -> None:
     run_job(job_id)
 
 
-@shared_task(name="workers.tasks.reap_expired_jobs", ignore_result=True)
+@shared_task(name="workers.tasks.reap_expired_jobs", soft_time_limit=60, time_limit=120, **_IDEMPOTENT)
 def reap_expired_jobs() -> dict:
     """Periodic (celery beat): re-queue jobs whose worker died, fail those out of attempts."""
     from webapp.runs.services.jobs import jobs_reap_expired
@@ -30,7 +42,7 @@ def reap_expired_jobs() -> dict:
     return {"requeued": report.requeued, "failed": report.failed, "cancelled": report.cancelled}
 
 
-@shared_task(name="workers.tasks.advance_experiments", ignore_result=True)
+@shared_task(name="workers.tasks.advance_experiments", soft_time_limit=120, time_limit=240, **_IDEMPOTENT)
 def advance_experiments() -> int:
     """Periodic (celery beat): move every running experiment pipeline forward if a stage finished."""
     from webapp.runs.services.experiments import experiments_advance_all

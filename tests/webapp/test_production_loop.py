@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -166,3 +167,23 @@ def test_failures_without_ground_truth_are_skipped_with_a_reason(api, project_te
                    {"trajectory_ids": [traj.pk], "dataset": "prod-evals"})
     assert response.json()["created"] == 0
     assert "corrected output" in response.json()["skipped"][0]["reason"]
+
+
+def test_command_line_logging_is_idempotent_and_reports_bad_lines(project_team, verifier, tmp_path):
+    from django.core.management import CommandError, call_command
+
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(_item("cli-1", '{"name": "get_weather", "arguments": {"city": "Paris"}}')) + "\n"
+                    + json.dumps(_item("cli-2", "no idea")) + "\n")
+    out = io.StringIO()
+    call_command("log_trajectories", str(path), "--project", project_team["project"].slug,
+                 "--verifier", "exact call", stdout=out)
+    assert "2 new trajectories logged" in out.getvalue()
+    job = Job.objects.get(kind="verify")
+    assert run_job(job.pk) == "succeeded"
+    assert Trajectory.objects.get(task_key="cli-1").passed
+    call_command("log_trajectories", str(path), "--project", project_team["project"].slug, stdout=out)
+    assert "0 new trajectories logged, 2 already present" in out.getvalue()
+    path.write_text("{not json\n")
+    with pytest.raises(CommandError, match="line 1: not JSON"):
+        call_command("log_trajectories", str(path), "--project", project_team["project"].slug)
