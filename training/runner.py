@@ -162,16 +162,8 @@ def load_policy(cfg: RunConfig, device: torch.device, *, trainable: bool) -> tup
 
         model = PeftModel.from_pretrained(model, str(init), is_trainable=trainable)
         return model.to(device), tokenizer, True
-    if trainable and cfg.adapter == "lora":
-        model = apply_lora(
-            model,
-            r=cfg.lora_r,
-            alpha=cfg.lora_alpha,
-            dropout=cfg.lora_dropout,
-            target_modules=cfg.lora_target_modules,
-        )
-        return model.to(device), tokenizer, True
-    return model, tokenizer, False
+    model, is_lora = wrap_given_model(cfg, model, trainable=trainable)
+    return (model.to(device) if is_lora else model), tokenizer, is_lora
 
 
 def wrap_given_model(cfg: RunConfig, model: Any, *, trainable: bool) -> tuple[Any, bool]:
