@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -68,6 +70,7 @@ def start_worker(queue: str, log_path: Path, *, lease_seconds: int = 8, beat: bo
 
 
 def stop_worker(worker: LiveWorker) -> None:
+    """Warm shutdown, then make sure nothing of the worker's process group outlives the test."""
     if worker.proc.poll() is None:
         worker.proc.terminate()
         try:
@@ -75,6 +78,8 @@ def stop_worker(worker: LiveWorker) -> None:
         except subprocess.TimeoutExpired:
             worker.proc.kill()
             worker.proc.wait()
+    with contextlib.suppress(ProcessLookupError):  # an embedded beat or pool child left behind
+        os.killpg(worker.proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
