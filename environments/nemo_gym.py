@@ -51,17 +51,6 @@ def _tool_spec(tool: dict[str, Any]) -> dict[str, Any]:
     return spec.to_dict()
 
 
-def _responses_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    spec = ToolSpec.from_dict(tool)
-    return {
-        "type": "function",
-        "name": spec.name,
-        "description": spec.description,
-        "parameters": spec.parameters,
-        "strict": False,
-    }
-
-
 def _call_dict(call: dict[str, Any]) -> dict[str, Any]:
     """A ground-truth call with its arguments decoded (they arrive as JSON text)."""
     arguments = call.get("arguments", {})
@@ -126,7 +115,7 @@ def task_to_task_row(task: Task) -> dict[str, Any]:
         ]
     params = {
         "input": [dict(m) for m in task.messages],
-        "tools": [_responses_tool(t) for t in task.tools],
+        "tools": [ToolSpec.from_dict(t).to_responses() for t in task.tools],
         **meta.get("responses_create_params", {}),
     }
     return {

@@ -53,6 +53,16 @@ class ToolSpec:
             },
         }
 
+    def to_responses(self) -> dict[str, Any]:
+        """The Responses-API function entry, the way NeMo Gym task rows list tools."""
+        return {
+            "type": "function",
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+            "strict": False,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

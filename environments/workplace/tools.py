@@ -358,14 +358,3 @@ def tools_for(toolkits: list[str] | None = None) -> list[ToolSpec]:
         raise ValueError(f"unknown workplace toolkit(s) {sorted(unknown)}; choose from {TOOLKITS}")
     wanted = {"company_directory", *toolkits}
     return [spec for spec in TOOL_SPECS if toolkit_of(spec.name) in wanted]
-
-
-def responses_tool(spec: ToolSpec) -> dict[str, Any]:
-    """A tool as a Responses-API function entry, the way NeMo Gym task rows list it."""
-    return {
-        "type": "function",
-        "name": spec.name,
-        "description": spec.description,
-        "parameters": spec.parameters,
-        "strict": False,
-    }

@@ -17,14 +17,14 @@ from environments.nemo_gym import (
     write_jsonl,
 )
 from environments.types import FailureBucket, Task, Trajectory, VerifyResult
-from environments.workplace.tools import TOOL_SPECS, responses_tool
+from environments.workplace.tools import TOOL_SPECS
 
 ROW = {
     "id": 7,
     "responses_create_params": {
         "input": [{"role": "system", "content": "Today is Thursday."},
                   {"role": "user", "content": "Delete task 00000001"}],
-        "tools": [responses_tool(s) for s in TOOL_SPECS[:5]],
+        "tools": [s.to_responses() for s in TOOL_SPECS[:5]],
         "parallel_tool_calls": False,
         "temperature": 1,
     },
@@ -75,7 +75,7 @@ def test_crucible_task_exports_with_nemo_names():
     assert row["category"] == "workplace_assistant_calendar"
     assert row["environment_name"] == "workplace_assistant"
     assert row["ground_truth"][0]["arguments"] == '{"event_id": "00000001"}'
-    assert row["responses_create_params"]["tools"][0] == responses_tool(TOOL_SPECS[0])
+    assert row["responses_create_params"]["tools"][0] == TOOL_SPECS[0].to_responses()
     assert task_row_to_task(row).ground_truth == task.ground_truth
 
 
