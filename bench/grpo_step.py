@@ -5,7 +5,9 @@
 
 Configuration (issue 4): LoRA r 16, 4 prompts x 8 generations, max_completion_length 64,
 beta 0, json_tool_call tasks over workplace tools and the json_tool_call verifier as the
-reward. The two trainers run in the same process, alternating in blocks of --block steps,
+reward, micro-batches of --micro-batch completions on both sides (TRL: per-device batch 8 x
+4 accumulation steps = one generation batch of 32 per optimizer step) and bf16 autocast on
+both sides unless --no-bf16. The two trainers run in the same process, alternating in blocks of --block steps,
 and the script prints the median seconds per step, generated tokens per second and peak
 memory of each, and the ratio ours / TRL. TRL is needed only here; this script installs
 nothing: without trl it measures ours and says how to add TRL (`pip install trl`).
@@ -59,14 +61,14 @@ def load(tiny: bool):
 
 
 class Ours:
-    def __init__(self, tasks, tiny: bool, lr: float) -> None:
+    def __init__(self, tasks, tiny: bool, lr: float, micro_batch: int, bf16: bool) -> None:
         model, tokenizer = load(tiny)
         cfg = validate_run_config({
             "kind": "grpo", "adapter": "lora", "lora_r": LORA_R, "lora_alpha": 2 * LORA_R,
             "num_prompts_per_step": PROMPTS, "num_generations_per_prompt": GENERATIONS,
             "max_completion_length": COMPLETION, "beta": 0.0, "learning_rate": lr,
             "lr_scheduler": "constant", "eval_interval": 0, "checkpoint_interval": 0,
-            "micro_batch_size": PROMPTS * GENERATIONS, "max_steps": 10_000,
+            "micro_batch_size": micro_batch, "max_steps": 10_000, "bf16": bf16,
         })
         self.run_dir = tempfile.mkdtemp(prefix="bench-ours-")
         self.events = EventWriter(self.run_dir)
@@ -94,7 +96,10 @@ class Trl:
     to our trainer for a block of its own, so the two alternate under the same load.
     """
 
-    def __init__(self, tasks, tiny: bool, lr: float, steps: int, block: int, ours: Ours) -> None:
+    def __init__(
+        self, tasks, tiny: bool, lr: float, steps: int, block: int, ours: Ours,
+        micro_batch: int, bf16: bool,
+    ) -> None:
         from datasets import Dataset
         from peft import LoraConfig
         from transformers import TrainerCallback
@@ -141,10 +146,15 @@ class Trl:
             reward_funcs=reward,
             args=GRPOConfig(
                 output_dir=tempfile.mkdtemp(prefix="bench-trl-"), max_steps=steps,
-                per_device_train_batch_size=PROMPTS * GENERATIONS, num_generations=GENERATIONS,
+                per_device_train_batch_size=micro_batch,
+                gradient_accumulation_steps=PROMPTS * GENERATIONS // micro_batch,
+                num_generations=GENERATIONS,
                 max_completion_length=COMPLETION, beta=0.0, learning_rate=lr, logging_steps=1,
                 report_to=[], save_strategy="no", use_cpu=not torch.cuda.is_available(),
-                lr_scheduler_type="constant", bf16=torch.cuda.is_available(),
+                lr_scheduler_type="constant", bf16=bf16,
+                # TRL turns activation checkpointing on by default; micro-batches of 8 fit
+                # without it, and it costs ~30% of a step, so TRL is timed at its fastest.
+                gradient_checkpointing=False,
             ),
             train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,
@@ -177,6 +187,10 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=5, help="steps before switching trainer")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--tiny", action="store_true", help="a tiny random model (smoke run)")
+    parser.add_argument("--micro-batch", type=int, default=8, choices=(1, 2, 4, 8, 16, 32),
+                        help="completions per forward/backward, both trainers")
+    parser.add_argument("--no-bf16", dest="bf16", action="store_false",
+                        help="fp32 on both sides (bf16 autocast roughly halves CPU step time)")
     args = parser.parse_args()
     torch.manual_seed(0)
     tasks = [t for t in workplace_json_tasks(600, seed=0) if t.split == "train"]
@@ -184,11 +198,11 @@ def main() -> None:
     if not have_trl:
         print("trl is not installed: measuring our trainer only. For the comparison run "
               "`pip install trl` in this environment and run the script again.")
-    ours = Ours(tasks, args.tiny, args.lr)
+    ours = Ours(tasks, args.tiny, args.lr, args.micro_batch, args.bf16)
     memory = {"ours": 0.0, "trl": 0.0}
     trl_rows: list[tuple[float, float, float]] = []
     if have_trl:
-        trl = Trl(tasks, args.tiny, args.lr, args.steps, args.block, ours)
+        trl = Trl(tasks, args.tiny, args.lr, args.steps, args.block, ours, args.micro_batch, args.bf16)
         trl.run()
         ours_rows, memory = trl.ours_rows, trl.memory
         trl_rows = [tuple(r) for r in trl.rows]
@@ -196,7 +210,8 @@ def main() -> None:
         ours_rows = ours.steps(args.steps)
         memory["ours"] = peak_memory_mb()
     print(f"device: {'cuda' if torch.cuda.is_available() else 'cpu'}, {PROMPTS} prompts x "
-          f"{GENERATIONS} generations, max_completion_length {COMPLETION}, LoRA r {LORA_R}, beta 0")
+          f"{GENERATIONS} generations, max_completion_length {COMPLETION}, LoRA r {LORA_R}, beta 0, "
+          f"micro-batch {args.micro_batch}, bf16 {'on' if args.bf16 else 'off'}")
     mine = summary("ours", ours_rows, memory["ours"])
     if trl_rows:
         theirs = summary("trl", trl_rows, memory["trl"])

@@ -16,6 +16,7 @@ passed: the calls match the ground truth exactly (one call), with no other probl
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -23,7 +24,14 @@ from environments.base import Environment, Verifier
 from environments.failures import CallComparison, classify_failure, failure_flags
 from environments.parsing import ParseResult, calls_from_trajectory, parse_tool_calls
 from environments.rewards import SHAPED_WEIGHTS, WEIGHTS_SCHEMA, combine_reward, validate_weights
-from environments.types import Task, ToolCall, ToolSpec, Trajectory, VerifyResult
+from environments.types import (
+    Task,
+    ToolCall,
+    ToolSpec,
+    Trajectory,
+    VerifyResult,
+    allowed_values,
+)
 
 _FORMAT_CODES = frozenset({"not_json", "trailing_text", "bad_shape", "arguments_not_object", "truncated"})
 _SCHEMA_CODES = frozenset({"unknown_tool", "unexpected_argument", "missing_argument", "wrong_type"})
@@ -35,7 +43,11 @@ INSTRUCTION = (
 
 
 def _signature(tool: ToolSpec) -> str:
-    """`name(arg: type, optional?: type)`: the cheapest faithful description of a tool."""
+    """`name(arg: type, optional?: type)`: the cheapest faithful description of a tool.
+
+    A parameter with a closed set of values shows the values instead of its type
+    (`field: "due_date"|"board"`): without them a field name is a guess.
+    """
     schema = tool.parameters if isinstance(tool.parameters, dict) else {}
     properties = schema.get("properties") or {}
     required = set(schema.get("required") or [])
@@ -43,6 +55,9 @@ def _signature(tool: ToolSpec) -> str:
     for name, prop in properties.items():
         kind = prop.get("type", "any") if isinstance(prop, dict) else "any"
         kind = "|".join(kind) if isinstance(kind, list) else kind
+        choices = allowed_values(prop)
+        if choices:
+            kind = "|".join(json.dumps(v, ensure_ascii=False) for v in choices)
         args.append(f"{name}{'' if name in required else '?'}: {kind}")
     return f"{tool.name}({', '.join(args)})"
 

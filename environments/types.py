@@ -8,6 +8,7 @@ values only.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -26,6 +27,26 @@ class FailureBucket(StrEnum):
     TRUNCATED = "truncated"
     NO_TOOL_CALL = "no_tool_call"
     VERIFIER_ERROR = "verifier_error"
+
+
+_QUOTED = re.compile(r"'([^'\n]+)'")
+
+
+def allowed_values(schema: Any) -> list[Any] | None:
+    """The values a tool parameter accepts, when its schema says so: `enum`, or a description
+    that lists them in quotes ("Available fields are: 'task_name', 'due_date'").
+
+    NeMo Gym's workplace tools give the choices for `field`, `status` or `plot_type` only in
+    prose; a prompt that drops the prose leaves the model guessing field names it was never
+    shown, so compact tool renderings keep these values.
+    """
+    if not isinstance(schema, dict):
+        return None
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return list(schema["enum"])
+    description = schema.get("description")
+    quoted = _QUOTED.findall(description) if isinstance(description, str) else []
+    return quoted if len(quoted) >= 2 else None
 
 
 @dataclass(frozen=True)

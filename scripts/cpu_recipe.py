@@ -8,6 +8,8 @@ The held_out split keeps only tasks of the generator's held-out templates (reque
 never seen in training), at least --held-out of them. Every stage runs the real command,
 `python -m training run --config ... --out ...`, so each number here can be reproduced by
 hand from the configs written under --out. Prints a table of held-out success and wall time.
+Running it again with the same --out keeps the stages that finished (change a stage's settings:
+delete its folder, and those of the stages after it).
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def write_dataset(path: Path, args: argparse.Namespace) -> dict[str, int]:
 def run_stage(name: str, config: dict, out: Path) -> tuple[dict, float]:
     """Run one `python -m training run` and return its last metric event and wall seconds."""
     run_dir = out / name
+    finished = _finished_events(run_dir)
+    if finished:  # a re-run of the recipe keeps stages that already finished
+        seconds = finished[-1]["time"] - finished[0]["time"]
+        print(f"  {name}: finished earlier ({seconds:.0f} s), kept", flush=True)
+        return finished, seconds
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "run.json"
     config_path.write_text(json.dumps(config, indent=2))
@@ -60,6 +67,15 @@ def run_stage(name: str, config: dict, out: Path) -> tuple[dict, float]:
         raise SystemExit(f"stage {name} failed: {errors[-1] if errors else 'see ' + str(run_dir)}")
     print(f"  {name}: {seconds:.0f} s", flush=True)
     return events, seconds
+
+
+def _finished_events(run_dir: Path) -> list[dict] | None:
+    """The stage's events when an earlier recipe run finished it, else None."""
+    path = run_dir / "events.jsonl"
+    if not path.is_file():
+        return None
+    events, _ = read_events(path)
+    return events if any(e["type"] == "done" for e in events) else None
 
 
 def last_metrics(events: list[dict], split: str) -> dict:
@@ -92,7 +108,9 @@ def main() -> None:
     parser.add_argument("--validation-tasks", type=int, default=50)
     parser.add_argument("--held-out", type=int, default=200)
     parser.add_argument("--sft-steps", type=int, default=30)
+    parser.add_argument("--sft-lr", type=float, default=1e-3, help="SFT learning rate (LoRA)")
     parser.add_argument("--grpo-steps", type=int, default=20)
+    parser.add_argument("--grpo-lr", type=float, default=5e-5, help="GRPO learning rate (LoRA)")
     parser.add_argument("--grpo-prompts", type=int, default=3, help="prompts per GRPO step")
     parser.add_argument("--grpo-generations", type=int, default=8, help="samples per prompt (the group)")
     parser.add_argument("--max-completion-length", type=int, default=96)
@@ -117,7 +135,7 @@ def main() -> None:
     baseline, t_base = run_stage("baseline", held_out, args.out)
     sft, t_sft = run_stage("sft", {
         **common, "kind": "sft", "max_steps": args.sft_steps, "num_epochs": 10,
-        "micro_batch_size": 8, "gradient_accumulation_steps": 2, "learning_rate": 1e-3,
+        "micro_batch_size": 8, "gradient_accumulation_steps": 2, "learning_rate": args.sft_lr,
         "lr_scheduler": "cosine", "warmup_steps": min(5, args.sft_steps),
         "eval_interval": 0, "checkpoint_interval": 0,
     }, args.out)
@@ -125,7 +143,8 @@ def main() -> None:
     grpo, t_grpo = run_stage("grpo", {
         **common, "kind": "grpo", "algorithm": "dapo", "init_checkpoint": sft_checkpoint,
         "max_steps": args.grpo_steps, "num_prompts_per_step": args.grpo_prompts,
-        "num_generations_per_prompt": args.grpo_generations, "micro_batch_size": 8, "learning_rate": 2e-5, "lr_scheduler": "constant",
+        "num_generations_per_prompt": args.grpo_generations, "micro_batch_size": 8,
+        "learning_rate": args.grpo_lr, "lr_scheduler": "constant",
         "temperature": 1.0, "max_generation_batches": 3, "eval_interval": 0,
         "checkpoint_interval": 0,
     }, args.out)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from environments.base import Environment
 from environments.parsing import calls_from_message
 from environments.types import Task, ToolCall, Trajectory
-from training.prompts import ChatFormat, Style
+from training.prompts import ChatFormat, Style, clip_prompt
 from training.rollout import Generation, RolloutEngine, SamplingParams
 
 StopReason = Literal["answer", "single_step", "length", "max_tokens", "max_turns"]
@@ -40,10 +40,14 @@ class AgentLoopConfig:
     """How tool calls are read from assistant text (environments.parsing)."""
     prompt_style: Style = "auto"
     """How tools are shown to the model (training.prompts)."""
+    max_prompt_tokens: int | None = None
+    """Prompt tokens kept, left-truncated beyond this (recorded as `prompt_tokens_dropped`)."""
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise ValueError(f"max_prompt_tokens must be >= 1, got {self.max_prompt_tokens}")
         if self.max_episode_tokens is not None and self.max_episode_tokens < 1:
             raise ValueError(f"max_episode_tokens must be >= 1, got {self.max_episode_tokens}")
 
@@ -158,10 +162,14 @@ def _start(
 ) -> _Live:
     chat = ChatFormat.create(tokenizer, env.tools(task), config.prompt_style)
     history = [dict(m) for m in task.messages]
-    prompt_ids = tokenizer.encode(chat.prompt(history), add_special_tokens=False)
+    prompt_ids, dropped = clip_prompt(
+        tokenizer.encode(chat.prompt(history), add_special_tokens=False), config.max_prompt_tokens
+    )
     episode = Episode(
         task=task, group=group, trajectory=Trajectory(turns=[]), prompt_ids=prompt_ids
     )
+    if dropped:
+        episode.trajectory.metadata["prompt_tokens_dropped"] = dropped
     return _Live(episode=episode, chat=chat, history=history, state=env.reset(task))
 
 

@@ -325,7 +325,10 @@ class RunConfig:
         {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
     )
     max_prompt_length: int = _field(
-        512, "Prompt tokens kept (left-truncated beyond this; TRL's default 512).", _POSITIVE_INT
+        2048,
+        "Prompt tokens kept: longer prompts are left-truncated (as TRL does) and the trajectory "
+        "records prompt_tokens_dropped. Tool lists make prompts long, hence more than TRL's 512.",
+        _POSITIVE_INT,
     )
     max_completion_length: int = _field(
         512,

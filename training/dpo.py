@@ -28,6 +28,10 @@ class Pair:
     chosen: TokenSequence
     rejected: TokenSequence
 
+    @property
+    def length(self) -> int:
+        return max(self.chosen.length, self.rejected.length)
+
 
 def _turns(value: Any, where: str, side: str) -> list[dict[str, Any]]:
     if isinstance(value, str):
@@ -44,7 +48,13 @@ def load_pairs(job: Job) -> list[Pair]:
             raise DataError(f"{where}: a preference pair needs 'chosen' and 'rejected'")
         task = _row_task(row, job.data.by_id, where)
         sides = [
-            conversation_sequence(job.tokenizer, job.env, task, _turns(row[side], where, side))
+            conversation_sequence(
+                job.tokenizer,
+                job.env,
+                task,
+                _turns(row[side], where, side),
+                max_prompt_tokens=job.cfg.max_prompt_length,
+            )
             for side in ("chosen", "rejected")
         ]
         pairs.append(Pair(*sides))

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from environments.types import ToolCall, ToolSpec
+from environments.types import ToolCall, ToolSpec, allowed_values
 
 Style = Literal["auto", "native", "compact"]
 
@@ -60,8 +60,9 @@ def _describe_parameter(name: str, schema: Any, required: bool) -> str:
     kind = schema.get("type", "any")
     if isinstance(kind, list):
         kind = "|".join(map(str, kind))
-    if isinstance(schema.get("enum"), list):
-        kind = "|".join(json.dumps(v) for v in schema["enum"])
+    choices = allowed_values(schema)
+    if choices:
+        kind = "|".join(json.dumps(v, ensure_ascii=False) for v in choices)
     return f"{name}{'' if required else '?'}: {kind}"
 
 
@@ -241,6 +242,18 @@ def render_sft_target(
             for c in call_list
         )
     raise ValueError(f"unknown SFT target style {style!r}; use native or compact")
+
+
+def clip_prompt(ids: list[int], limit: int | None) -> tuple[list[int], int]:
+    """(the last `limit` prompt tokens, how many were dropped): TRL's left truncation.
+
+    The end of a prompt (the latest request and the generation header) is what the model
+    must answer; the cut is reported so an over-long task shows up instead of silently
+    losing its system message.
+    """
+    if limit is None or len(ids) <= limit:
+        return ids, 0
+    return ids[len(ids) - limit :], len(ids) - limit
 
 
 def render_prompt(

@@ -149,7 +149,10 @@ def _check_checkpoint_folder(folder: Path) -> None:
 
 
 def load_policy(cfg: RunConfig, device: torch.device, *, trainable: bool) -> tuple[Any, Any, bool]:
-    """(model, tokenizer, is_lora): the base model, init_checkpoint on top, LoRA when training."""
+    """(model, tokenizer, is_lora): the base model, init_checkpoint on top, LoRA when training.
+
+    Not trainable (eval): LoRA adapters of init_checkpoint are merged, so is_lora is False.
+    """
     init = Path(cfg.init_checkpoint) if cfg.init_checkpoint else None
     if init is not None:
         _check_checkpoint_folder(init)
@@ -161,6 +164,10 @@ def load_policy(cfg: RunConfig, device: torch.device, *, trainable: bool) -> tup
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(init), is_trainable=trainable)
+        if not trainable:
+            # Eval-only: fold the adapters into the weights, so a checkpoint is timed (and
+            # compared with its baseline by the latency gate) as the model it would ship as.
+            return model.merge_and_unload().to(device), tokenizer, False
         return model.to(device), tokenizer, True
     model, is_lora = wrap_given_model(cfg, model, trainable=trainable)
     return (model.to(device) if is_lora else model), tokenizer, is_lora
@@ -199,7 +206,10 @@ def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
 
 
 def agent_config(cfg: RunConfig, env: Environment) -> AgentLoopConfig:
-    return AgentLoopConfig(max_turns=1 if env.single_step else cfg.max_turns)
+    return AgentLoopConfig(
+        max_turns=1 if env.single_step else cfg.max_turns,
+        max_prompt_tokens=cfg.max_prompt_length,
+    )
 
 
 def required_splits(cfg: RunConfig) -> list[str]:

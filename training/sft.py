@@ -32,7 +32,7 @@ from training.data import DataError
 from training.evaluate import evaluate_job
 from training.grpo import _ProgressBar, completion_logprobs, pack
 from training.models import autocast_context
-from training.prompts import ChatFormat
+from training.prompts import ChatFormat, clip_prompt
 from training.runner import (
     MAX_GRAD_NORM,
     Job,
@@ -53,6 +53,10 @@ class TokenSequence:
     completion_ids: list[int] = field(default_factory=list)
     completion_mask: list[int] = field(default_factory=list)
 
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
     def add(self, ids: Sequence[int], trained: bool) -> None:
         self.completion_ids += list(ids)
         self.completion_mask += [int(trained)] * len(ids)
@@ -68,13 +72,20 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
 
 
 def conversation_sequence(
-    tokenizer: Any, env: Any, task: Task, turns: Sequence[dict[str, Any]], style: str = "auto"
+    tokenizer: Any,
+    env: Any,
+    task: Task,
+    turns: Sequence[dict[str, Any]],
+    style: str = "auto",
+    max_prompt_tokens: int | None = None,
 ) -> TokenSequence:
     """Tokens of task prompt + turns: assistant text and its end-of-turn token trained on,
-    the template's tool-result text (and the next assistant header) not."""
+    the template's tool-result text (and the next assistant header) not. The prompt is
+    left-truncated to max_prompt_tokens exactly as rollouts truncate it."""
     chat = ChatFormat.create(tokenizer, env.tools(task), style)
     history = [dict(m) for m in task.messages]
-    sequence = TokenSequence(_encode(tokenizer, chat.prompt(history)))
+    prompt_ids, _ = clip_prompt(_encode(tokenizer, chat.prompt(history)), max_prompt_tokens)
+    sequence = TokenSequence(prompt_ids)
     eos = tokenizer.eos_token or ""
     pending_tools: list[dict[str, Any]] = []
     last_assistant = ""
@@ -98,11 +109,16 @@ def conversation_sequence(
     return sequence
 
 
-def ground_truth_sequence(tokenizer: Any, env: Any, task: Task) -> TokenSequence:
+def ground_truth_sequence(
+    tokenizer: Any, env: Any, task: Task, max_prompt_tokens: int | None = None
+) -> TokenSequence:
     """The task's expected call(s) as the assistant's answer in the model's format."""
     chat = ChatFormat.create(tokenizer, env.tools(task))
     target = chat.sft_target(expected_calls(task))
-    return conversation_sequence(tokenizer, env, task, [{"role": "assistant", "content": target}])
+    return conversation_sequence(
+        tokenizer, env, task, [{"role": "assistant", "content": target}],
+        max_prompt_tokens=max_prompt_tokens,
+    )
 
 
 def _row_task(row: dict[str, Any], tasks_by_id: dict[str, Task], where: str) -> Task:
@@ -140,7 +156,11 @@ def reviewed_sequences(job: Job) -> list[TokenSequence]:
     for where, row in read_jsonl(job.cfg.reviewed_trajectories, "reviewed_trajectories"):
         task = _row_task(row, job.data.by_id, where)
         turns = row.get("turns") or (row.get("trajectory") or {}).get("turns") or []
-        sequences.append(conversation_sequence(job.tokenizer, job.env, task, turns))
+        sequences.append(
+            conversation_sequence(
+                job.tokenizer, job.env, task, turns, max_prompt_tokens=job.cfg.max_prompt_length
+            )
+        )
     return sequences
 
 
@@ -148,7 +168,8 @@ def sft_sequences(job: Job) -> list[TokenSequence]:
     if job.cfg.sft_source == "reviewed":
         return reviewed_sequences(job)
     tasks = job.data.split(job.cfg.train_split)
-    return [ground_truth_sequence(job.tokenizer, job.env, t) for t in tasks]
+    limit = job.cfg.max_prompt_length
+    return [ground_truth_sequence(job.tokenizer, job.env, t, limit) for t in tasks]
 
 
 # ---------------------------------------------------------------------------------------
@@ -177,6 +198,10 @@ def total_steps(cfg: Any, n_items: int) -> int:
     return max(1, min(cfg.max_steps, cfg.num_epochs * math.ceil(n_items / per_step)))
 
 
+def _item_length(item: Any) -> int:
+    return getattr(item, "length", 0)
+
+
 def run_supervised(job: Job, items: Sequence[Any], micro_loss: MicroLoss) -> dict[str, Any]:
     """Optimizer steps over `items` with validation, checkpoints, progress and resume."""
     cfg = job.cfg
@@ -199,7 +224,9 @@ def run_supervised(job: Job, items: Sequence[Any], micro_loss: MicroLoss) -> dic
     for step in range(start + 1, total + 1):
         started = time.perf_counter()
         job.model.train()
-        batch = step_items(items, step, per_step, cfg.seed)
+        # Similar lengths share a micro-batch (less padding); every micro-loss divides by
+        # the whole step's token count, so the grouping does not change the gradient.
+        batch = sorted(step_items(items, step, per_step, cfg.seed), key=_item_length)
         sums: Counter[str] = Counter()
         tokens = 0
         for first in range(0, len(batch), cfg.micro_batch_size):

@@ -161,3 +161,26 @@ def test_verification_throughput_floor() -> None:
     for _ in range(3000):
         verifier.verify(WEATHER_TASK, trajectory)
     assert 3000 / (time.perf_counter() - start) > 5000
+
+
+def test_compact_prompt_shows_the_values_a_parameter_accepts() -> None:
+    """Workplace tools list their field names only in prose; the prompt must keep them."""
+    update = ToolSpec(
+        name="update_task",
+        description="Updates a task by ID.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "task_id": {"type": "string", "description": "8-digit ID of the task"},
+                "field": {"type": "string", "description": "Available fields are: 'task_name', 'due_date'"},
+                "plot": {"type": "string", "enum": ["bar", "line"]},
+            },
+            "required": ["task_id", "field"],
+        },
+    )
+    task = make_task("t", "Move it", [update], ToolCall(name="update_task", arguments={}))
+    line = task.messages[0]["content"].splitlines()[-1]
+    assert line == (
+        '- update_task(task_id: string, field: "task_name"|"due_date", plot?: "bar"|"line")'
+        " - Updates a task by ID."
+    )

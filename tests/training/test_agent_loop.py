@@ -275,3 +275,18 @@ def test_real_engine_with_tiny_model_produces_aligned_episodes(tokenizer, tiny_m
 def test_config_rejects_non_positive_max_turns(max_turns):
     with pytest.raises(ValueError, match="max_turns"):
         AgentLoopConfig(max_turns=max_turns)
+
+
+def test_long_prompt_is_left_truncated_and_the_cut_recorded(tokenizer, tiny_model):
+    task = make_task("Add 3 to the total. " + "Some long context. " * 40)
+    full = len(tokenizer.encode(ChatFormat.create(tokenizer, [ADD]).prompt(task.messages)))
+    (episode,), _, _ = run(tokenizer, tiny_model, [("done", "stop")], tasks=[task], max_prompt_tokens=50)
+    assert len(episode.prompt_ids) == 50
+    assert episode.trajectory.metadata["prompt_tokens_dropped"] == full - 50
+    assert tokenizer.decode(episode.prompt_ids).endswith("<|im_start|>assistant\n")
+
+
+def test_prompt_within_the_limit_is_kept_whole(tokenizer, tiny_model):
+    (episode,), _, _ = run(tokenizer, tiny_model, [("done", "stop")], max_prompt_tokens=4096)
+    assert "prompt_tokens_dropped" not in episode.trajectory.metadata
+    assert tokenizer.decode(episode.prompt_ids).startswith("<|im_start|>system")

@@ -52,3 +52,20 @@ def test_export_refuses_a_folder_that_is_not_a_checkpoint(tmp_path):
     with pytest.raises(ExportError, match="neither LoRA adapters nor a full model"):
         export_checkpoint(tmp_path / "empty", tmp_path / "out")
     assert main(["export", "--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 1
+
+
+def test_eval_of_a_lora_checkpoint_runs_the_merged_model(tiny_model_dir, json_tasks_file, tmp_path):
+    """Eval jobs fold adapters in: same logits as base + adapters, without the LoRA overhead."""
+    job, checkpoint = _trained_lora_checkpoint(tiny_model_dir, json_tasks_file, tmp_path / "run")
+    cfg = validate_run_config({"kind": "eval", "model": str(tiny_model_dir), "device": "cpu",
+                               "dataset": str(json_tasks_file), "init_checkpoint": str(checkpoint),
+                               "eval_split": "train"})
+    with EventWriter(tmp_path / "eval") as events:
+        evaluation = build_job(cfg, tmp_path / "eval", events, environment=JsonToolCallEnvironment())
+    ids = torch.tensor([job.tokenizer.encode("Schedule a meeting with Felix on Friday")])
+    job.model.eval()
+    with torch.no_grad():
+        expected = job.model(ids).logits
+        got = evaluation.model(ids).logits
+    assert not evaluation.is_lora and not hasattr(evaluation.model, "peft_config")
+    assert torch.allclose(got, expected, atol=1e-4)

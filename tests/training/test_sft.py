@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from environments.json_tool_call import JsonToolCallEnvironment
 from environments.types import Task
 from training.cli import execute
 from training.config import validate_run_config
 from training.data import load_tasks
 from training.events import EventWriter, read_events
-from training.sft import conversation_sequence, ground_truth_sequence, step_items
+from training.runner import build_job
+from training.sft import (
+    conversation_sequence,
+    ground_truth_sequence,
+    sft_micro_loss,
+    sft_sequences,
+    step_items,
+)
 
 
 def test_only_the_target_call_and_its_end_of_turn_are_trained(tokenizer, json_tasks_file):
@@ -64,3 +73,34 @@ def test_sft_lowers_the_loss_and_checkpoints(tokenizer, tiny_model_dir, json_tas
     for name in ("loss", "lr", "grad_norm", "tokens_per_second", "cost/trained_tokens"):
         assert metrics[name] is not None
     assert [e["step"] for e in events if e["type"] == "checkpoint"] == [6, 12]
+
+
+def test_prompt_is_left_truncated_like_rollouts_and_the_target_kept(tokenizer, json_tasks_file):
+    task = load_tasks(json_tasks_file)[0]
+    whole = ground_truth_sequence(tokenizer, JsonToolCallEnvironment(), task)
+    clipped = ground_truth_sequence(tokenizer, JsonToolCallEnvironment(), task, max_prompt_tokens=40)
+    assert clipped.prompt_ids == whole.prompt_ids[-40:]
+    assert clipped.completion_ids == whole.completion_ids
+    assert clipped.completion_mask == whole.completion_mask
+
+
+def test_step_gradient_does_not_depend_on_how_the_step_is_split(tiny_model_dir, json_tasks_file, tmp_path):
+    """Micro-batches are regrouped by length; every grouping must give the same gradient."""
+    cfg = validate_run_config({"kind": "sft", "model": str(tiny_model_dir), "dataset": str(json_tasks_file),
+                               "device": "cpu", "bf16": False, "adapter": "full", "max_tasks": 4})
+    with EventWriter(tmp_path) as events:
+        job = build_job(cfg, tmp_path, events, environment=JsonToolCallEnvironment())
+    batch = sft_sequences(job)[:4]
+    assert len({s.length for s in batch}) > 1  # padding differs between groupings
+    loss_of = sft_micro_loss(job, job.tokenizer.pad_token_id)
+
+    def gradient(groups):
+        job.model.zero_grad(set_to_none=True)
+        for group in groups:
+            loss_of(group, batch)[0].backward()
+        return torch.cat([p.grad.flatten() for p in job.model.parameters() if p.grad is not None])
+
+    whole = gradient([batch])
+    by_length = sorted(batch, key=lambda s: s.length)
+    assert torch.allclose(gradient([by_length[:2], by_length[2:]]), whole, atol=1e-5)
+    assert torch.allclose(gradient([[s] for s in batch]), whole, atol=1e-5)

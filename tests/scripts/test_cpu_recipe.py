@@ -1,0 +1,41 @@
+"""scripts/cpu_recipe.py end to end on a tiny random model: every stage is a real
+`python -m training run`, the table comes out, and a second run keeps finished stages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STAGES = ("baseline", "sft", "grpo", "sft_held_out", "grpo_held_out", "sft_validation", "grpo_validation")
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def recipe(out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "scripts/cpu_recipe.py", "--tiny", "--out", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=850,
+    )
+
+
+def test_tiny_recipe_runs_every_stage_and_a_rerun_keeps_them(tmp_path):
+    first = recipe(tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    for stage in STAGES:
+        events = [json.loads(line) for line in (tmp_path / stage / "events.jsonl").open()]
+        assert events[-1]["type"] == "done", stage
+    held_out = [json.loads(line) for line in (tmp_path / "grpo_held_out" / "events.jsonl").open()]
+    assert sum(e["type"] == "trajectory" for e in held_out) == 8
+    assert "after SFT + GRPO" in first.stdout and "held-out tasks: 8" in first.stdout
+
+    (tmp_path / "grpo_validation" / "events.jsonl").unlink()  # as if the last stage had died
+    second = recipe(tmp_path)
+    assert second.returncode == 0, second.stderr[-2000:]
+    kept = [line for line in second.stdout.splitlines() if line.endswith(", kept")]
+    assert len(kept) == len(STAGES) - 1
+    assert "grpo_validation: finished earlier" not in second.stdout
