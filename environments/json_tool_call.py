@@ -16,7 +16,6 @@ passed: the calls match the ground truth exactly (one call), with no other probl
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -30,7 +29,7 @@ from environments.types import (
     ToolSpec,
     Trajectory,
     VerifyResult,
-    allowed_values,
+    describe_choices,
 )
 
 _FORMAT_CODES = frozenset({"not_json", "trailing_text", "bad_shape", "arguments_not_object", "truncated"})
@@ -55,9 +54,7 @@ def _signature(tool: ToolSpec) -> str:
     for name, prop in properties.items():
         kind = prop.get("type", "any") if isinstance(prop, dict) else "any"
         kind = "|".join(kind) if isinstance(kind, list) else kind
-        choices = allowed_values(prop)
-        if choices:
-            kind = "|".join(json.dumps(v, ensure_ascii=False) for v in choices)
+        kind = describe_choices(prop) or kind
         args.append(f"{name}{'' if name in required else '?'}: {kind}")
     return f"{tool.name}({', '.join(args)})"
 

@@ -8,6 +8,7 @@ values only.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -30,6 +31,7 @@ class FailureBucket(StrEnum):
 
 
 _QUOTED = re.compile(r"'([^'\n]+)'")
+_CLOSED_SET = re.compile(r"\b(available|one of|can be|must be|allowed|valid values)\b", re.IGNORECASE)
 
 
 def allowed_values(schema: Any) -> list[Any] | None:
@@ -45,8 +47,16 @@ def allowed_values(schema: Any) -> list[Any] | None:
     if isinstance(schema.get("enum"), list) and schema["enum"]:
         return list(schema["enum"])
     description = schema.get("description")
-    quoted = _QUOTED.findall(description) if isinstance(description, str) else []
+    if not isinstance(description, str) or not _CLOSED_SET.search(description):
+        return None  # "e.g. 'Paris' or 'London'" are examples, not the only values
+    quoted = _QUOTED.findall(description)
     return quoted if len(quoted) >= 2 else None
+
+
+def describe_choices(schema: Any) -> str | None:
+    """`"a"|"b"|"c"` for a parameter with allowed values, else None (compact tool lines)."""
+    choices = allowed_values(schema)
+    return "|".join(json.dumps(v, ensure_ascii=False) for v in choices) if choices else None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from environments.types import ToolCall, ToolSpec, allowed_values
+from environments.types import ToolCall, ToolSpec, describe_choices
 
 Style = Literal["auto", "native", "compact"]
 
@@ -60,9 +60,7 @@ def _describe_parameter(name: str, schema: Any, required: bool) -> str:
     kind = schema.get("type", "any")
     if isinstance(kind, list):
         kind = "|".join(map(str, kind))
-    choices = allowed_values(schema)
-    if choices:
-        kind = "|".join(json.dumps(v, ensure_ascii=False) for v in choices)
+    kind = describe_choices(schema) or kind
     return f"{name}{'' if required else '?'}: {kind}"
 
 

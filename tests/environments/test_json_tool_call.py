@@ -174,6 +174,7 @@ def test_compact_prompt_shows_the_values_a_parameter_accepts() -> None:
                 "task_id": {"type": "string", "description": "8-digit ID of the task"},
                 "field": {"type": "string", "description": "Available fields are: 'task_name', 'due_date'"},
                 "plot": {"type": "string", "enum": ["bar", "line"]},
+                "city": {"type": "string", "description": "A city, e.g. 'Paris' or 'Oslo'"},
             },
             "required": ["task_id", "field"],
         },
@@ -181,6 +182,7 @@ def test_compact_prompt_shows_the_values_a_parameter_accepts() -> None:
     task = make_task("t", "Move it", [update], ToolCall(name="update_task", arguments={}))
     line = task.messages[0]["content"].splitlines()[-1]
     assert line == (
-        '- update_task(task_id: string, field: "task_name"|"due_date", plot?: "bar"|"line")'
+        '- update_task(task_id: string, field: "task_name"|"due_date", plot?: "bar"|"line", '
+        "city?: string)"
         " - Updates a task by ID."
     )
