@@ -2,15 +2,22 @@
 
     python bench/grpo_step.py                  # SmolLM2-135M, LoRA r 16, 4 prompts x 8, 64 tokens
     python bench/grpo_step.py --tiny --steps 3 # a tiny random model: checks the script runs
+    python bench/grpo_step.py --init-checkpoint recipe-run/sft/checkpoints/step_60
+                                               # both start from an SFT checkpoint's adapters
 
 Configuration (issue 4): LoRA r 16, 4 prompts x 8 generations, max_completion_length 64,
 beta 0, json_tool_call tasks over workplace tools and the json_tool_call verifier as the
 reward, micro-batches of --micro-batch completions on both sides (TRL: per-device batch 8 x
 4 accumulation steps = one generation batch of 32 per optimizer step) and bf16 autocast on
-both sides unless --no-bf16. The two trainers run in the same process, alternating in blocks of --block steps,
+both sides where the hardware computes bf16 natively (--bf16 on/off overrides). The two trainers run in the same process, alternating in blocks of --block steps,
 and the script prints the median seconds per step, generated tokens per second and peak
 memory of each, and the ratio ours / TRL. TRL is needed only here; this script installs
 nothing: without trl it measures ours and says how to add TRL (`pip install trl`).
+
+The base model never writes the call format in 64 tokens, so from it both trainers see reward
+0 and the reward comparison says nothing; --init-checkpoint starts both from the same LoRA
+checkpoint (the CPU recipe's SFT stage writes one), where rewards vary within a group and
+the comparison of rewards after N steps means something.
 """
 
 from __future__ import annotations
@@ -35,8 +42,13 @@ from training.config import validate_run_config  # noqa: E402
 from training.data import TaskSource  # noqa: E402
 from training.events import EventWriter  # noqa: E402
 from training.grpo import GRPOTrainer  # noqa: E402
-from training.models import default_tokenizer, load_model_and_tokenizer, tiny_llama  # noqa: E402
-from training.runner import build_job  # noqa: E402
+from training.models import (  # noqa: E402
+    bf16_supported,
+    default_tokenizer,
+    load_model_and_tokenizer,
+    tiny_llama,
+)
+from training.runner import ADAPTER_CONFIG, build_job, is_adapter_checkpoint  # noqa: E402
 
 PROMPTS, GENERATIONS, COMPLETION, LORA_R = 4, 8, 64, 16
 
@@ -53,16 +65,28 @@ def peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # process-wide on CPU
 
 
-def load(tiny: bool):
+def load(tiny: bool, init_checkpoint: str | None = None):
+    """The base model, with a LoRA checkpoint's adapters on top (trainable) when given."""
     if tiny:
         tokenizer = default_tokenizer()
-        return tiny_llama(tokenizer), tokenizer
-    return load_model_and_tokenizer("smollm2")
+        model = tiny_llama(tokenizer)
+    else:
+        model, tokenizer = load_model_and_tokenizer("smollm2")
+    if init_checkpoint is None:
+        return model, tokenizer
+    if not is_adapter_checkpoint(Path(init_checkpoint)):
+        raise SystemExit(f"--init-checkpoint {init_checkpoint} holds no LoRA adapters "
+                         f"({ADAPTER_CONFIG}); pick RUN_DIR/checkpoints/step_N of a LoRA run")
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, init_checkpoint, is_trainable=True), tokenizer
 
 
 class Ours:
-    def __init__(self, tasks, tiny: bool, lr: float, micro_batch: int, bf16: bool) -> None:
-        model, tokenizer = load(tiny)
+    def __init__(
+        self, tasks, tiny: bool, lr: float, micro_batch: int, bf16: bool, init: str | None = None,
+    ) -> None:
+        model, tokenizer = load(tiny, init)
         cfg = validate_run_config({
             "kind": "grpo", "adapter": "lora", "lora_r": LORA_R, "lora_alpha": 2 * LORA_R,
             "num_prompts_per_step": PROMPTS, "num_generations_per_prompt": GENERATIONS,
@@ -98,7 +122,7 @@ class Trl:
 
     def __init__(
         self, tasks, tiny: bool, lr: float, steps: int, block: int, ours: Ours,
-        micro_batch: int, bf16: bool,
+        micro_batch: int, bf16: bool, init: str | None = None,
     ) -> None:
         from datasets import Dataset
         from peft import LoraConfig
@@ -106,7 +130,7 @@ class Trl:
         from trl import GRPOConfig
         from trl import GRPOTrainer as TRLGRPOTrainer
 
-        model, tokenizer = load(tiny)
+        model, tokenizer = load(tiny, init)
         verifier = JsonToolCallVerifier()
         by_id = {t.id: t for t in tasks}
 
@@ -158,8 +182,9 @@ class Trl:
             ),
             train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,
-            peft_config=LoraConfig(r=LORA_R, lora_alpha=2 * LORA_R, target_modules="all-linear",
-                                   task_type="CAUSAL_LM"),
+            # A PeftModel from --init-checkpoint trains its own adapters; otherwise fresh ones.
+            peft_config=None if init else LoraConfig(
+                r=LORA_R, lora_alpha=2 * LORA_R, target_modules="all-linear", task_type="CAUSAL_LM"),
             callbacks=[TimeAndAlternate()],
         )
 
@@ -189,20 +214,26 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="a tiny random model (smoke run)")
     parser.add_argument("--micro-batch", type=int, default=8, choices=(1, 2, 4, 8, 16, 32),
                         help="completions per forward/backward, both trainers")
-    parser.add_argument("--no-bf16", dest="bf16", action="store_false",
-                        help="fp32 on both sides (bf16 autocast roughly halves CPU step time)")
+    parser.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
+                        help="bf16 autocast on both sides: auto = where the hardware computes bf16 "
+                             "natively (on CPUs without AVX512-BF16/AMX it is emulated and slower)")
+    parser.add_argument("--init-checkpoint", default=None,
+                        help="a LoRA checkpoint folder both trainers start from (e.g. the recipe's SFT)")
     args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    args.bf16 = bf16_supported(device) if args.bf16 == "auto" else args.bf16 == "on"
     torch.manual_seed(0)
     tasks = [t for t in workplace_json_tasks(600, seed=0) if t.split == "train"]
     have_trl = importlib.util.find_spec("trl") is not None
     if not have_trl:
         print("trl is not installed: measuring our trainer only. For the comparison run "
               "`pip install trl` in this environment and run the script again.")
-    ours = Ours(tasks, args.tiny, args.lr, args.micro_batch, args.bf16)
+    ours = Ours(tasks, args.tiny, args.lr, args.micro_batch, args.bf16, args.init_checkpoint)
     memory = {"ours": 0.0, "trl": 0.0}
     trl_rows: list[tuple[float, float, float]] = []
     if have_trl:
-        trl = Trl(tasks, args.tiny, args.lr, args.steps, args.block, ours, args.micro_batch, args.bf16)
+        trl = Trl(tasks, args.tiny, args.lr, args.steps, args.block, ours, args.micro_batch, args.bf16,
+                  args.init_checkpoint)
         trl.run()
         ours_rows, memory = trl.ours_rows, trl.memory
         trl_rows = [tuple(r) for r in trl.rows]
@@ -211,7 +242,8 @@ def main() -> None:
         memory["ours"] = peak_memory_mb()
     print(f"device: {'cuda' if torch.cuda.is_available() else 'cpu'}, {PROMPTS} prompts x "
           f"{GENERATIONS} generations, max_completion_length {COMPLETION}, LoRA r {LORA_R}, beta 0, "
-          f"micro-batch {args.micro_batch}, bf16 {'on' if args.bf16 else 'off'}")
+          f"micro-batch {args.micro_batch}, bf16 {'on' if args.bf16 else 'off'}, "
+          f"from {args.init_checkpoint or 'the base model with fresh adapters'}")
     mine = summary("ours", ours_rows, memory["ours"])
     if trl_rows:
         theirs = summary("trl", trl_rows, memory["trl"])

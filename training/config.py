@@ -111,8 +111,9 @@ class RunConfig:
     )
     bf16: Literal["auto"] | bool = _field(
         "auto",
-        "bf16 autocast: auto uses it on GPUs that support bf16 and never on CPU; true "
-        "forces it (also on CPU, where it is slower on most machines); false disables it.",
+        "bf16 autocast: auto uses it where the hardware computes bf16 natively (GPUs from "
+        "Ampere on, CPUs with AVX512-BF16 or AMX); true forces it (on other CPUs bf16 is "
+        "emulated and several times slower); false disables it.",
         {"anyOf": [{"type": "boolean"}, {"const": "auto"}]},
     )
 

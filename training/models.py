@@ -264,12 +264,23 @@ def apply_lora(
     return get_peft_model(model, config)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX).
+
+    Without it bf16 is emulated: measured on a 2-core AVX2 EPYC, a SmolLM2-135M prefill of
+    32 x 330 tokens took 206 s under bf16 autocast and 44 s in fp32, while on a CPU with
+    native bf16 autocast roughly halved training step time. So the answer decides `auto`.
+    """
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
+
+
 def bf16_supported(device: str | torch.device) -> bool:
-    """Whether bf16 autocast is worth enabling on `device` (CPU: yes; CUDA: Ampere or newer)."""
+    """Whether bf16 autocast is worth enabling on `device`: native bf16 on CPU, Ampere+ on CUDA."""
     kind = torch.device(device).type
     if kind == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return kind == "cpu"
+    return kind == "cpu" and cpu_has_native_bf16()
 
 
 @contextlib.contextmanager

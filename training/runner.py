@@ -116,9 +116,9 @@ def resolve_device(name: str) -> torch.device:
 
 
 def wants_autocast(bf16: str | bool, device: torch.device) -> bool:
-    """bf16 autocast: auto = on supporting GPUs only (on CPU it is slower on most machines)."""
+    """bf16 autocast: auto = where the hardware computes bf16 natively (GPU or CPU)."""
     if bf16 == "auto":
-        return device.type == "cuda" and bf16_supported(device)
+        return bf16_supported(device)
     return bool(bf16)
 
 

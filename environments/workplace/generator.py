@@ -89,6 +89,12 @@ NEW_CUSTOMERS = (
     "Sam Whitlock", "Charlie Fenwick", "Frankie Ashdown", "Jessie Langford", "Kai Brennan",
     "Lee Stanton", "Micah Ellery", "Noel Bramwell", "Peyton Sayer", "Sasha Kingsley",
 )
+NOTES = (
+    "Prefers email over phone calls", "Asked for a revised quote", "Budget approved for next quarter",
+    "Wants a demo with their IT team", "Waiting on legal review", "Interested in a multi-year deal",
+    "Requested case studies", "Decision maker is the CFO",
+)
+EMAIL_DOMAINS = ("northwind.io", "bluepeak.com", "lumenworks.co", "harborline.net")
 VALUE_WORDS = {
     "total_visits": "total visits", "session_duration_seconds": "session duration",
     "user_engaged": "engaged users", "visits_direct": "direct visits",
@@ -411,6 +417,27 @@ def calendar_change_duration(rng: random.Random, w: World) -> Draft | None:
                  [Effect(EVENTS, "update", event["event_id"], {"duration": str(minutes)})])
 
 
+def calendar_change_participant(rng: random.Random, w: World) -> Draft | None:
+    picked = _single_event(rng, w)
+    if picked is None:
+        return None
+    event, first = picked
+    other = rng.choice(sorted(w.people))
+    if w.people[other] == event["participant_email"]:
+        return None
+    day = _event_day(event)
+    request = rng.choice((
+        "Invite {g} instead of {f} to the '{n}' on {day}",
+        "Replace {f} with {g} in my '{n}' meeting on {day}",
+        "{g} will attend the '{n}' on {day} in place of {f}; update the event",
+    )).format(n=event["event_name"], f=first, g=other, day=f"{day:%B} {day.day}")
+    call = ("calendar_update_event", {"event_id": event["event_id"], "field": "participant_email",
+                                      "new_value": w.people[other]})
+    return Draft("calendar_change_participant", "calendar", request, [call],
+                 [("calendar_search_events", {"query": event["participant_email"]}), _lookup(other)],
+                 [Effect(EVENTS, "update", event["event_id"], {"participant_email": w.people[other]})])
+
+
 def calendar_cancel_day_with_person(rng: random.Random, w: World) -> Draft | None:
     event = rng.choice(w.events)
     first = w.first_name(event["participant_email"])
@@ -546,6 +573,26 @@ def pm_reassign_task(rng: random.Random, w: World) -> Draft | None:
     return draft
 
 
+def pm_rename_task(rng: random.Random, w: World) -> Draft | None:
+    task = _single_task(rng, w)
+    new = rng.choice(NEW_TASKS)
+    if task is None or any(r["task_name"].lower() == new.lower() for r in w.tasks):
+        return None
+    request = rng.choice(("Rename the task '{t}' to '{n}'", "Change the name of task '{t}' to '{n}'",
+                          "'{t}' should be called '{n}' from now on")).format(t=task["task_name"], n=new)
+    return _task_update("pm_rename_task", task, "task_name", new, request)
+
+
+def pm_move_board(rng: random.Random, w: World) -> Draft | None:
+    task = _single_task(rng, w)
+    if task is None:
+        return None
+    board = rng.choice([name for name in BOARDS if name != task["board"]])
+    request = rng.choice(("Move '{t}' over to the {b} board", "The task '{t}' belongs on the {b} board",
+                          "Transfer '{t}' to the {b} board")).format(t=task["task_name"], b=board)
+    return _task_update("pm_move_board", task, "board", board, request)
+
+
 def pm_change_due_date(rng: random.Random, w: World) -> Draft | None:
     task = _single_task(rng, w)
     if task is None:
@@ -644,6 +691,88 @@ def crm_set_follow_up(rng: random.Random, w: World) -> Draft | None:
     return _customer_update("crm_set_follow_up", customer, "follow_up_by", day.isoformat(), request)
 
 
+
+def _customer_field_update(
+    rng: random.Random, w: World, template: str, column: str,
+    choose: Callable[[Row], str | None], phrasings: tuple[str, ...],
+) -> Draft | None:
+    """One field of one unambiguous customer set to choose(customer); None skips the draft.
+
+    Phrasings are formatted with {c} (the customer's name) and {v} (the new value).
+    """
+    customer = _single_customer(rng, w)
+    if customer is None:
+        return None
+    value = choose(customer)
+    if value is None or value == customer[column]:
+        return None
+    request = rng.choice(phrasings).format(c=customer["customer_name"], v=value)
+    return _customer_update(template, customer, column, value, request)
+
+
+def crm_update_phone(rng: random.Random, w: World) -> Draft | None:
+    return _customer_field_update(
+        rng, w, "crm_update_phone", "customer_phone",
+        lambda _: f"{rng.randint(200, 989)}-{rng.randint(200, 999)}-{rng.randint(1000, 9999)}",
+        ("Update {c}'s phone number to {v}", "{c} has a new phone number: {v}. Save it in the CRM",
+         "Set the phone for {c} to {v}"))
+
+
+def _new_address(rng: random.Random, customer: Row) -> str:
+    first, *rest = customer["customer_name"].lower().split()
+    return f"{first}.{rest[-1] if rest else 'contact'}@{rng.choice(EMAIL_DOMAINS)}"
+
+
+def crm_update_email(rng: random.Random, w: World) -> Draft | None:
+    return _customer_field_update(
+        rng, w, "crm_update_email", "customer_email", lambda c: _new_address(rng, c),
+        ("Change {c}'s email address to {v}", "{c} now uses {v}; update the CRM", "Set the email for {c} to {v}"))
+
+
+def crm_add_note(rng: random.Random, w: World) -> Draft | None:
+    customer = _single_customer(rng, w)
+    note = rng.choice(NOTES)
+    if customer is None or customer["notes"] == note:
+        return None
+    request = rng.choice(("Set the notes for {c} to '{n}'", "Add this note to {c}'s CRM record: '{n}'",
+                          "Note on {c} in the CRM: '{n}'")).format(c=customer["customer_name"], n=note)
+    return _customer_update("crm_add_note", customer, "notes", note, request)
+
+
+def crm_change_product(rng: random.Random, w: World) -> Draft | None:
+    return _customer_field_update(
+        rng, w, "crm_change_product", "product_interest",
+        lambda c: rng.choice([p for p in PRODUCTS if p != c["product_interest"]]),
+        ("{c} is now interested in {v}; update the CRM", "Change the product interest of {c} to {v}"))
+
+
+def crm_reassign_customer(rng: random.Random, w: World) -> Draft | None:
+    customer = _single_customer(rng, w)
+    reps = sorted({c["assigned_to_email"] for c in w.customers})
+    rep = rng.choice(reps)
+    first = w.first_name(rep)
+    if customer is None or first is None or rep == customer["assigned_to_email"]:
+        return None
+    request = rng.choice(("Assign {c} to {f} in the CRM", "{f} owns the {c} account now; update the CRM",
+                          "Hand {c} over to {f}")).format(c=customer["customer_name"], f=first)
+    draft = _customer_update("crm_reassign_customer", customer, "assigned_to_email", rep, request)
+    draft.reads.append(_lookup(first))
+    return draft
+
+
+def crm_log_contact(rng: random.Random, w: World) -> Draft | None:
+    customer = _single_customer(rng, w)
+    if customer is None:
+        return None
+    day = w.now.date() - timedelta(days=rng.randint(0, 10))
+    if day.weekday() >= 5:
+        return None
+    request = rng.choice(("We last spoke with {c} on {d}; update the CRM",
+                          "Set the last contact date for {c} to {d}")).format(
+        c=customer["customer_name"], d=_spoken_date(day))
+    return _customer_update("crm_log_contact", customer, "last_contact_date", day.isoformat(), request)
+
+
 def crm_delete_customer(rng: random.Random, w: World) -> Draft | None:
     customer = _single_customer(rng, w)
     if customer is None:
@@ -699,11 +828,13 @@ TEMPLATES: tuple[Callable[[random.Random, World], Draft | None], ...] = (
     email_send_lookup, email_reply_latest, email_forward_subject, email_delete_latest_from,
     email_delete_subject_batch, email_send_to_customer,
     calendar_create_lookup, calendar_rename_last_on_day, calendar_reschedule, calendar_cancel,
-    calendar_change_duration, calendar_cancel_day_with_person,
+    calendar_change_duration, calendar_cancel_day_with_person, calendar_change_participant,
     analytics_plot_range, analytics_plot_since, analytics_query_then_plot, analytics_two_plots,
     pm_create_lookup, pm_move_task, pm_reassign_task, pm_change_due_date, pm_delete_task, pm_batch_move,
+    pm_rename_task, pm_move_board,
     crm_add_lookup, crm_update_status, crm_set_follow_up, crm_delete_customer, crm_reassign_batch,
-    crm_stale_proposals_to_lost,
+    crm_stale_proposals_to_lost, crm_update_phone, crm_update_email, crm_add_note, crm_change_product,
+    crm_reassign_customer, crm_log_contact,
 )
 
 

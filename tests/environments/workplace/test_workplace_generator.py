@@ -65,6 +65,29 @@ def test_splits_are_stable_and_held_out_templates_are_held_out(tasks):
     assert all(other[t.id] == t.split for t in shared)
 
 
+def _updated_fields(tasks, splits) -> dict[str, set[str]]:
+    """Update tool -> the `field` values its ground-truth calls write, over the given splits."""
+    fields: dict[str, set[str]] = {}
+    for t in tasks:
+        if t.split in splits:
+            for call in t.ground_truth:
+                if "field" in call["arguments"]:
+                    fields.setdefault(call["name"], set()).add(call["arguments"]["field"])
+    return fields
+
+
+def test_training_updates_several_fields_per_tool_and_never_the_held_out_ones(tasks):
+    """Choosing the field a request names is a skill training teaches; held-out pairs stay unseen."""
+    trained = _updated_fields(tasks, {"train", "validation"})
+    assert len(trained["calendar_update_event"]) >= 3
+    assert len(trained["project_management_update_task"]) >= 4
+    assert len(trained["customer_relationship_manager_update_customer"]) >= 7
+    assert "duration" not in trained["calendar_update_event"]
+    assert "due_date" not in trained["project_management_update_task"]
+    held_out = _updated_fields([t for t in tasks if t.metadata["template"] in HELD_OUT_TEMPLATES], {"held_out"})
+    assert held_out["calendar_update_event"] == {"duration"}
+    assert held_out["project_management_update_task"] == {"due_date"}
+
 def test_every_ground_truth_changes_state_and_passes_the_verifier(tasks):
     base = seed_state()
     verifier = WorkplaceVerifier()

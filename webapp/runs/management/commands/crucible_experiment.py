@@ -14,7 +14,7 @@ from webapp.runs.services.experiments import ExperimentError, experiment_create,
 
 # Small enough for a CPU demo: every stage runs, in minutes rather than hours.
 QUICK_CONFIG = {
-    "common": {"max_tasks": 24, "max_completion_length": 64, "bf16": True, "device": "cpu"},
+    "common": {"max_tasks": 24, "max_completion_length": 64, "bf16": "auto", "device": "cpu"},
     "sft": {"kind": "sft", "max_steps": 6, "micro_batch_size": 4, "gradient_accumulation_steps": 1,
             "learning_rate": 1e-3, "eval_interval": 0, "checkpoint_interval": 6},
     "grpo": {"kind": "grpo", "algorithm": "dapo", "max_steps": 3, "num_prompts_per_step": 2,
