@@ -513,7 +513,9 @@ def held_out_eval(job: Job, step: int) -> dict[str, Any]:
 
 
 class _ProgressBar:
-    """step, reward and tokens/s on stderr: a tqdm bar on a terminal, plain lines otherwise."""
+    """step, reward and tokens/s on stderr: a tqdm bar on a terminal, plain lines otherwise.
+
+    A step without a reward (SFT between validations) shows none rather than a made-up 0."""
 
     def __init__(self, total: int, start: int) -> None:
         self.bar = None
@@ -524,13 +526,15 @@ class _ProgressBar:
             self.bar = tqdm(total=total, initial=start, file=sys.stderr, unit="step")
 
     def update(self, step: int, metrics: dict[str, Any]) -> None:
-        reward, speed = metrics.get("reward", 0.0), metrics.get("tokens_per_second", 0.0)
+        reward, speed = metrics.get("reward"), metrics.get("tokens_per_second", 0.0)
+        shown = {"reward": f"{reward:.3f}"} if reward is not None else {}
         if self.bar is not None:
-            self.bar.set_postfix(reward=f"{reward:.3f}", tok_s=f"{speed:.0f}", refresh=False)
+            self.bar.set_postfix(**shown, tok_s=f"{speed:.0f}", refresh=False)
             self.bar.update(step - self.bar.n)
             return
-        line = f"step {step}/{self.total} reward {reward:.3f} loss {metrics.get('loss', 0.0):.4f} tokens/s {speed:.1f}"
-        print(line, file=sys.stderr, flush=True)
+        fields = [f"step {step}/{self.total}", *(f"{k} {v}" for k, v in shown.items()),
+                  f"loss {metrics.get('loss', 0.0):.4f}", f"tokens/s {speed:.1f}"]
+        print(" ".join(fields), file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -263,7 +263,8 @@ def run_supervised(job: Job, items: Sequence[Any], micro_loss: MicroLoss) -> dic
                 checkpoint_metrics.update(prefixed(validation[step], "validation"))
             save_checkpoint(job, step, optimizer, scheduler, checkpoint_metrics)
         job.events.progress(step, total)
-        progress.update(step, {"reward": validation.get(step, {}).get("success_rate") or 0.0, **metrics})
+        success = validation.get(step, {}).get("success_rate")
+        progress.update(step, {**metrics, **({"reward": success} if success is not None else {})})
     progress.close()
     return {"step": total, "metrics": metrics}
 

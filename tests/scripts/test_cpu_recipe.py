@@ -16,9 +16,9 @@ STAGES = ("baseline", "sft", "grpo", "sft_held_out", "grpo_held_out", "sft_valid
 pytestmark = pytest.mark.timeout(900)
 
 
-def recipe(out: Path) -> subprocess.CompletedProcess:
+def recipe(out: Path, *options: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "scripts/cpu_recipe.py", "--tiny", "--out", str(out)],
+        [sys.executable, "scripts/cpu_recipe.py", "--tiny", "--out", str(out), *options],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=850,
     )
 
@@ -32,6 +32,8 @@ def test_tiny_recipe_runs_every_stage_and_a_rerun_keeps_them(tmp_path):
     held_out = [json.loads(line) for line in (tmp_path / "grpo_held_out" / "events.jsonl").open()]
     assert sum(e["type"] == "trajectory" for e in held_out) == 8
     assert "after SFT + GRPO" in first.stdout and "held-out tasks: 8" in first.stdout
+    per_template = first.stdout.split("held-out template", 1)[1].splitlines()[1:]
+    assert sum(int(line.split()[-1]) for line in per_template if " / " in line) == 8
 
     (tmp_path / "grpo_validation" / "events.jsonl").unlink()  # as if the last stage had died
     second = recipe(tmp_path)
@@ -39,3 +41,12 @@ def test_tiny_recipe_runs_every_stage_and_a_rerun_keeps_them(tmp_path):
     kept = [line for line in second.stdout.splitlines() if line.endswith(", kept")]
     assert len(kept) == len(STAGES) - 1
     assert "grpo_validation: finished earlier" not in second.stdout
+
+
+def test_skip_baseline_leaves_it_out_and_sft_micro_batch_keeps_sixteen_per_step(tmp_path):
+    run = recipe(tmp_path, "--skip-baseline", "--sft-micro-batch", "2")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert not (tmp_path / "baseline").exists()
+    assert "baseline (base model)" not in run.stdout and "after SFT + GRPO" in run.stdout
+    sft = json.loads((tmp_path / "sft" / "run.json").read_text())
+    assert (sft["micro_batch_size"], sft["gradient_accumulation_steps"]) == (2, 8)

@@ -54,7 +54,7 @@ def test_step_items_cover_each_epoch_once():
     assert step_items(items, 4, 2, seed=3) == step_items(items, 4, 2, seed=3)
 
 
-def test_sft_lowers_the_loss_and_checkpoints(tokenizer, tiny_model_dir, json_tasks_file, tmp_path):
+def test_sft_lowers_the_loss_and_checkpoints(tokenizer, tiny_model_dir, json_tasks_file, tmp_path, capsys):
     cfg = validate_run_config({
         "kind": "sft", "model": str(tiny_model_dir), "dataset": str(json_tasks_file),
         "device": "cpu", "bf16": False, "max_tasks": 4, "micro_batch_size": 2,
@@ -73,6 +73,8 @@ def test_sft_lowers_the_loss_and_checkpoints(tokenizer, tiny_model_dir, json_tas
     for name in ("loss", "lr", "grad_norm", "tokens_per_second", "cost/trained_tokens"):
         assert metrics[name] is not None
     assert [e["step"] for e in events if e["type"] == "checkpoint"] == [6, 12]
+    progress = capsys.readouterr().err
+    assert "step 12/12 loss" in progress and "reward" not in progress  # no validation, no made-up reward
 
 
 def test_prompt_is_left_truncated_like_rollouts_and_the_target_kept(tokenizer, json_tasks_file):
