@@ -140,7 +140,7 @@ def main() -> None:
                              "(fp32 on CPU: 8 held ~20 GB, 4 about half that)")
     parser.add_argument("--skip-baseline", action="store_true",
                         help="do not evaluate the base model (it scores 0%% and takes ~9 min in fp32)")
-    parser.add_argument("--grpo-steps", type=int, default=30)
+    parser.add_argument("--grpo-steps", type=int, default=20)
     parser.add_argument("--grpo-lr", type=float, default=1e-4, help="GRPO learning rate (LoRA)")
     parser.add_argument("--grpo-prompts", type=int, default=3, help="prompts per GRPO step")
     parser.add_argument("--grpo-generations", type=int, default=8, help="samples per prompt (the group)")
