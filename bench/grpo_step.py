@@ -110,6 +110,7 @@ class Ours:
             started = time.perf_counter()
             metrics = self.trainer.step(self.step_number)
             out.append((time.perf_counter() - started, metrics["cost/generated_tokens"], metrics["reward"]))
+            print_step("ours", self.step_number, out[-1])
         return out
 
 
@@ -158,6 +159,8 @@ class Trl:
 
             def on_step_end(self, args, state, control, **kwargs):
                 bench.rows.append([time.perf_counter() - bench._started, 0.0, 0.0])
+                if len(bench.rows) > 1:  # TRL logs a step's reward after its step_end
+                    print_step("trl", len(bench.rows) - 1, bench.rows[-2])
                 bench.memory["trl"] = max(bench.memory["trl"], peak_memory_mb())
                 if state.global_step % block == 0:
                     reset_peak_memory()
@@ -190,6 +193,7 @@ class Trl:
 
     def run(self) -> None:
         self.trainer.train()
+        print_step("trl", len(self.rows), self.rows[-1])
 
 
 def reset_peak_memory() -> None:
@@ -197,12 +201,26 @@ def reset_peak_memory() -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
+def print_step(name: str, number: int, row) -> None:
+    """One line a step as it finishes, so a long CPU run shows where it is."""
+    seconds, tokens, reward = row
+    print(f"{name} step {number}: {seconds:.1f} s, {tokens:.0f} tokens, reward {reward:.3f}", flush=True)
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
 def summary(name: str, rows: list[tuple[float, float, float]], memory: float) -> float:
+    """Median seconds a step, tokens/s, peak memory, and the reward early and late in the run.
+
+    Rewards are compared over the first and last five steps (one step's 32 samples are noisy)."""
     seconds = statistics.median(r[0] for r in rows)
     tokens_per_s = sum(r[1] for r in rows) / sum(r[0] for r in rows)
-    last = [r[2] for r in rows[-5:]]
+    rewards = [r[2] for r in rows]
     print(f"{name:<6} median {seconds:7.2f} s/step  {tokens_per_s:8.1f} tokens/s  "
-          f"peak memory {memory:8.0f} MB  reward (last 5 steps) {sum(last) / len(last):.3f}")
+          f"peak memory {memory:8.0f} MB  reward: first 5 steps {mean(rewards[:5]):.3f}, "
+          f"last 5 steps {mean(rewards[-5:]):.3f}, all {len(rows)} steps {mean(rewards):.3f}")
     return seconds
 
 

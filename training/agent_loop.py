@@ -97,6 +97,19 @@ class Episode:
         return sum(self.completion_mask)
 
     @property
+    def longest_turn_tokens(self) -> int:
+        """Tokens of the longest assistant turn: the length max_completion_length limits.
+
+        Each turn's generated tokens are one run of 1s in completion_mask (tool output and
+        template tokens between turns are 0), so in a single-step episode this is tokens_out.
+        """
+        longest = run = 0
+        for bit in self.completion_mask:
+            run = run + 1 if bit else 0
+            longest = max(longest, run)
+        return longest
+
+    @property
     def tokens_in(self) -> int:
         """Tokens the policy read but did not generate: the prompt and the tool output."""
         return len(self.token_ids) - self.tokens_out

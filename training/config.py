@@ -303,7 +303,8 @@ class RunConfig:
     overlong_buffer: int | None = _field(
         None,
         "DAPO soft overlong punishment: the last this-many tokens before "
-        "max_completion_length ramp the reward down to -1. Null: off.",
+        "max_completion_length ramp the reward down to -1 (measured on the longest turn "
+        "in multi-turn environments, as max_completion_length limits each turn). Null: off.",
         _nullable(_POSITIVE_INT),
     )
     mask_truncated_completions: bool = _field(

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from training.models import load_model_and_tokenizer
+from training.models import load_model_and_tokenizer, resolve_model
 from training.runner import RUN_CONFIG_FILE, is_adapter_checkpoint, model_source
 
 
@@ -28,6 +28,8 @@ def base_model_of(checkpoint: Path) -> str:
         init = config.get("init_checkpoint")
         if init and not is_adapter_checkpoint(init):
             return str(init)
+        if config.get("model_gguf_file"):  # the converted folder of that GGUF file
+            return str(resolve_model(config["model"], gguf_file=config["model_gguf_file"]))
         return model_source(config["model"])
     adapter = json.loads((checkpoint / "adapter_config.json").read_text())
     base = adapter.get("base_model_name_or_path")

@@ -101,13 +101,17 @@ class Rollouts:
 
 
 def shaped_reward(result: VerifyResult, episode: Episode, cfg: Any) -> float:
-    """Verifier reward plus DAPO's soft overlong penalty; NaN when the verifier failed."""
+    """Verifier reward plus DAPO's soft overlong penalty; NaN when the verifier failed.
+
+    The penalty looks at the longest turn, since max_completion_length is a per-turn limit:
+    a multi-turn episode whose turns are all short is not overlong however many turns it has.
+    """
     if result.reward is None:
         return math.nan
     reward = float(result.reward)
     if cfg.overlong_buffer:
         penalty = soft_overlong_penalty(
-            [episode.tokens_out], cfg.max_completion_length, cfg.overlong_buffer
+            [episode.longest_turn_tokens], cfg.max_completion_length, cfg.overlong_buffer
         )
         reward += float(penalty[0])
     return reward

@@ -82,14 +82,20 @@ def _gguf_cache_name(gguf: Path) -> str:
     return f"{gguf.stem.lower()}-{digest}"
 
 
-def resolve_model(spec: str, *, data_dir: str | Path | None = None) -> Path | str:
+def resolve_model(
+    spec: str, *, gguf_file: str | None = None, data_dir: str | Path | None = None
+) -> Path | str:
     """Where to load `spec` from: a local folder (GGUF files converted there first) or a hub id.
 
     "smollm2-135m-instruct" / "smollm2" -> the offline default, converted from the wheel's GGUF.
     A path to a .gguf file -> converted once under DATA_DIR/models/.
+    A folder or hub repo plus `gguf_file` (config key model_gguf_file) -> that GGUF file of it,
+    converted once under DATA_DIR/models/.
     An existing folder -> itself. Anything else is returned unchanged as a Hugging Face id.
     """
     data = Path(data_dir) if data_dir is not None else default_data_dir()
+    if gguf_file is not None:
+        return _resolve_named_gguf(spec, gguf_file, data)
     if spec.lower() in MODEL_ALIASES:
         return convert_gguf(smollm2_gguf_path(), data / "models" / DEFAULT_MODEL)
     path = Path(spec).expanduser()
@@ -102,17 +108,44 @@ def resolve_model(spec: str, *, data_dir: str | Path | None = None) -> Path | st
     return spec
 
 
-def convert_gguf(gguf: Path, out_dir: Path) -> Path:
-    """De-quantize a GGUF file into a plain HF folder (weights + tokenizer); reuse it if present.
+def _resolve_named_gguf(spec: str, gguf_file: str, data: Path) -> Path:
+    """model_gguf_file: one GGUF file inside a local folder or a Hugging Face repo."""
+    path = Path(spec).expanduser()
+    if spec.lower() in MODEL_ALIASES or path.suffix.lower() == ".gguf":
+        raise ValueError(
+            f"model {spec!r} already names a GGUF file; leave model_gguf_file empty "
+            f"(it picks a file inside a folder or hub repo)"
+        )
+    if path.is_dir():
+        gguf = path / gguf_file
+        if not gguf.is_file():
+            present = sorted(p.name for p in path.glob("*.gguf")) or ["none"]
+            raise FileNotFoundError(
+                f"model_gguf_file {gguf_file!r} is not in {path}; its .gguf files: {', '.join(present)}"
+            )
+        return convert_gguf(gguf, data / "models" / _gguf_cache_name(gguf))
+    slug = f"{spec.replace('/', '--').lower()}--{Path(gguf_file).stem.lower()}"
+    return _convert(spec, gguf_file, data / "models" / slug)
 
+
+def convert_gguf(gguf: Path, out_dir: Path) -> Path:
+    """De-quantize a GGUF file into a plain HF folder (weights + tokenizer); reuse it if present."""
+    return _convert(gguf.parent, gguf.name, out_dir)
+
+
+def _convert(source: str | Path, gguf_file: str, out_dir: Path) -> Path:
+    """Load `gguf_file` of a folder or hub repo, drop its quantization record, save it plainly.
+
+    transformers marks GGUF-loaded models as quantized, so Trainer and save_pretrained refuse
+    them; a fresh model from the same config holds the same weights without that mark.
     Written to a temporary sibling folder and renamed, so a crash never leaves a half folder
     that later runs would trust.
     """
     if (out_dir / "config.json").is_file():
         return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
+    quantized = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf_file)
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -179,6 +212,7 @@ def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
 def load_model_and_tokenizer(
     spec: str,
     *,
+    gguf_file: str | None = None,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device = "cpu",
     data_dir: str | Path | None = None,
@@ -188,7 +222,7 @@ def load_model_and_tokenizer(
     dtype None loads float32 on CPU (bf16 matmuls on CPU are done through autocast instead,
     which keeps float32 master weights for the optimizer).
     """
-    source = resolve_model(spec, data_dir=data_dir)
+    source = resolve_model(spec, gguf_file=gguf_file, data_dir=data_dir)
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(source))
     torch_dtype = parse_dtype(dtype) or torch.float32
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
@@ -214,6 +248,7 @@ def tiny_llama(
     seed: int = 0,
     hidden_size: int = 64,
     layers: int = 2,
+    tied: bool = False,
 ) -> LlamaForCausalLM:
     """A tiny random LlamaForCausalLM over `tokenizer`'s vocabulary: fast tests of real code paths."""
     config = LlamaConfig(
@@ -224,7 +259,9 @@ def tiny_llama(
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=4096,
-        tie_word_embeddings=False,  # tied random weights make greedy decoding echo the last token
+        # Tied random weights make greedy decoding echo the last token, so untied by default;
+        # tied=True is for code that must handle tied heads (SmolLM2 ties them).
+        tie_word_embeddings=tied,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

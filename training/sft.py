@@ -156,6 +156,11 @@ def reviewed_sequences(job: Job) -> list[TokenSequence]:
     for where, row in read_jsonl(job.cfg.reviewed_trajectories, "reviewed_trajectories"):
         task = _row_task(row, job.data.by_id, where)
         turns = row.get("turns") or (row.get("trajectory") or {}).get("turns") or []
+        if not any(isinstance(t, dict) and t.get("role") == "assistant" for t in turns):
+            raise DataError(
+                f"{where}: no assistant turn to imitate; a row needs 'turns' (or "
+                "'trajectory': {'turns': ...}) with at least one assistant message"
+            )
         sequences.append(
             conversation_sequence(
                 job.tokenizer, job.env, task, turns, max_prompt_tokens=job.cfg.max_prompt_length

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +42,10 @@ def test_grpo_then_eval_of_its_checkpoint_from_the_command_line(tiny_model_dir, 
                    checkpoint_interval=1, **common)
     result = _run(["run", "--config", str(grpo), "--out", str(tmp_path / "grpo")])
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "step 2/2 reward" in result.stderr  # the progress line for people
+    # The progress line for people: step, reward, loss and a measured (non-zero) tokens/s.
+    line = re.search(r"step 2/2 reward (\S+) loss (\S+) tokens/s (\S+)", result.stderr)
+    assert line, result.stderr[-2000:]
+    assert 0.0 <= float(line[1]) <= 1.0 and float(line[3]) > 0
     events, _ = read_events(tmp_path / "grpo" / "events.jsonl")
     assert all(e["attempt"] == 3 for e in events)
     kinds = [e["type"] for e in events]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 
 from environments.json_tool_call import JsonToolCallEnvironment
@@ -25,7 +26,10 @@ def test_dpo_loss_is_log2_at_the_reference_and_falls_with_the_margin():
     assert losses.item() == -torch.nn.functional.logsigmoid(torch.tensor(2.0)).item()
 
 
-def test_dpo_training_prefers_the_chosen_answers(tiny_model_dir, json_tasks_file, tmp_path):
+@pytest.mark.parametrize("adapter", ["lora", "full"])
+def test_dpo_training_prefers_the_chosen_answers(tiny_model_dir, json_tasks_file, tmp_path, adapter):
+    """The loss leaves log 2 only if the reference stays put while the policy moves: LoRA's
+    reference is the model with adapters disabled, full fine-tuning's a frozen copy."""
     tasks = [t for t in load_tasks(json_tasks_file) if t.split == "train"][:4]
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(
@@ -42,7 +46,7 @@ def test_dpo_training_prefers_the_chosen_answers(tiny_model_dir, json_tasks_file
         "preference_pairs": str(pairs), "device": "cpu", "bf16": False, "micro_batch_size": 2,
         "gradient_accumulation_steps": 2, "max_steps": 8, "num_epochs": 8,
         "learning_rate": 3e-3, "lr_scheduler": "constant", "eval_interval": 0,
-        "checkpoint_interval": 0, "lora_dropout": 0.0, "dpo_beta": 0.1,
+        "checkpoint_interval": 0, "lora_dropout": 0.0, "dpo_beta": 0.1, "adapter": adapter,
     })
     with EventWriter(tmp_path / "run") as events:
         execute(cfg, tmp_path / "run", events, environment=JsonToolCallEnvironment())

@@ -97,3 +97,40 @@ def test_k_samples_give_pass_at_k_and_distinct_sample_indices(tokenizer, tasks, 
 def test_pass_at_k_counts_tasks_with_any_passing_sample():
     assert pass_at_k({"a": [False, True], "b": [False, False]}) == 0.5
     assert pass_at_k({}) is None
+
+
+def _unrequested_write(task) -> dict:
+    """A call of a write tool the task did not ask for (an unsafe action), arguments empty."""
+    wanted = {c["name"] for c in task.ground_truth}
+    name = next(t["function"]["name"] if "function" in t else t["name"] for t in task.tools
+                if (t.get("writes") or t.get("destructive"))
+                and (t["function"]["name"] if "function" in t else t["name"]) not in wanted)
+    return {"name": name, "arguments": {}}
+
+
+def test_unsafe_rate_reward_tokens_latency_and_execution_metrics(tokenizer, tasks, tmp_path):
+    """The metrics the first test leaves at trivial values, each made to differ from 0 and 1."""
+    texts = {}
+
+    def script(i, j):
+        if i % 2 == 0:
+            texts[i] = _right(tasks[i])
+        else:
+            texts[i] = json.dumps(_unrequested_write(tasks[i]))
+        return texts[i], "stop"
+
+    with EventWriter(tmp_path) as events:
+        metrics = evaluate(ScriptedEngine(tokenizer, script), tokenizer, JsonToolCallEnvironment(),
+                           JsonToolCallVerifier(), tasks, EvalSettings(), events=events)
+    written, _ = read_events(tmp_path / "events.jsonl")
+    trajectories = [e for e in written if e["type"] == "trajectory"]
+    assert metrics["unsafe_action_rate"] == pytest.approx(3 / 6)
+    assert metrics["success_rate"] == pytest.approx(3 / 6)
+    assert metrics["reward_mean"] == pytest.approx(sum(e["reward"] for e in trajectories) / 6)
+    assert 0 < metrics["reward_mean"] < 1
+    # Every call names a real tool with its schema: the empty arguments of the unsafe calls
+    # miss required fields, so only the right calls are schema-valid ("executable").
+    assert metrics["execution_success_rate"] == pytest.approx(3 / 6)
+    tokens = [len(tokenizer.encode(texts[i], add_special_tokens=False)) + 1 for i in range(6)]  # + EOS
+    assert metrics["tokens_mean"] == pytest.approx(sum(tokens) / 6)
+    assert metrics["latency_p50"] == metrics["latency_p95"] == 10.0  # one sample each: 10 ms

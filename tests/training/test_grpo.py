@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from environments.base import Verifier
@@ -12,7 +14,14 @@ from training.cli import execute
 from training.config import validate_run_config
 from training.data import TaskSource
 from training.events import EventWriter, read_events
-from training.grpo import GRPOTrainer, TrainBatch, completion_logprobs, pack, prompts_for_step
+from training.grpo import (
+    GRPOTrainer,
+    TrainBatch,
+    completion_logprobs,
+    pack,
+    prompts_for_step,
+    shaped_reward,
+)
 from training.models import tiny_llama
 from training.prompts import render_prompt
 from training.runner import build_job
@@ -169,7 +178,9 @@ def _gradient(tokenizer, run_dir, micro_batch_size, loss_type="dapo"):
 
 
 def test_gradient_accumulation_gives_the_gradient_of_one_large_batch(tokenizer, tmp_path):
-    for loss_type in ("dapo", "grpo", "dr_grpo"):
+    # bnpo is left out on purpose: REFERENCE.md defines it per micro-batch (sum l*M / sum M of
+    # the micro-batch, as TRL does), so its gradient depends on the split by definition.
+    for loss_type in ("dapo", "grpo", "dr_grpo", "gspo"):
         whole = _gradient(tokenizer, tmp_path, 8, loss_type)
         accumulated = _gradient(tokenizer, tmp_path, 2, loss_type)
         assert whole.abs().sum() > 0
@@ -228,3 +239,79 @@ def test_prompts_are_a_pure_function_of_the_step():
     assert first == [t.id for t in prompts_for_step(tasks, 3, 4, seed=7)]
     epoch = [t.id for s in (1, 2) for t in prompts_for_step(tasks, s, 2, seed=7)][:4]
     assert len(set(epoch)) == 4  # within an epoch no task repeats
+
+
+def test_dynamic_sampling_fills_the_step_with_groups_that_have_a_spread(tokenizer, tmp_path):
+    model = peaked_model(tokenizer)
+    target = likely_first_token(model, tokenizer)
+    always = {"t0", "t1", "t2", "t3"}
+    cfg = grpo_config(algorithm="dapo", max_steps=1, max_generation_batches=6)
+    with EventWriter(tmp_path) as events:
+        job = build_job(cfg, tmp_path, events, model=model, tokenizer=tokenizer,
+                        environment=JsonToolCallEnvironment(),
+                        verifier=ConstantFor(always, TextIs(target)), tasks=toy_tasks(n_train=8))
+        rollouts, groups = GRPOTrainer(job).collect(1)
+    assert len(groups) == cfg.num_prompts_per_step  # refilled, not trained short
+    assert len(set(groups)) == len(groups)
+    assert len(rollouts.episodes) == rollouts.rounds * cfg.num_prompts_per_step * cfg.num_generations_per_prompt
+
+
+def test_dynamic_sampling_stops_at_the_cap_and_trains_on_the_last_round(tokenizer, tmp_path):
+    """Every group scores 1 whatever is said: no round can help, so the cap ends the search."""
+    tasks = toy_tasks(n_train=8)
+    always = {t.id for t in tasks.tasks}
+    cfg = grpo_config(algorithm="dapo", max_steps=1, max_generation_batches=3)
+    with EventWriter(tmp_path) as events:
+        job = build_job(cfg, tmp_path, events, model=peaked_model(tokenizer), tokenizer=tokenizer,
+                        environment=JsonToolCallEnvironment(),
+                        verifier=ConstantFor(always, TextIs("x")), tasks=tasks)
+        rollouts, groups = GRPOTrainer(job).collect(1)
+    assert rollouts.rounds == 3
+    assert groups == [4, 5]  # the third round's two groups (zero advantages, nothing learnt)
+
+
+def _truncation_batch(tokenizer):
+    episodes = _episodes(tokenizer, [3, 2])
+    episodes[0].stop_reason = "length"  # hit max_completion_length
+    episodes[1].stop_reason = "single_step"
+    return TrainBatch(episodes, torch.zeros(2), torch.tensor([1.0, -1.0]), [True, True])
+
+
+def test_mask_truncated_completions_leaves_truncated_rows_out_of_the_loss(tokenizer, tmp_path):
+    for masked in (False, True):
+        cfg = grpo_config(mask_truncated_completions=masked, max_completion_length=3)
+        with EventWriter(tmp_path) as events:
+            job = build_job(cfg, tmp_path, events, model=tiny_llama(tokenizer, seed=2),
+                            tokenizer=tokenizer, environment=JsonToolCallEnvironment(),
+                            verifier=TextIs("x"), tasks=toy_tasks())
+            trainer = GRPOTrainer(job)
+        batch = _truncation_batch(tokenizer)
+        packed = pack(batch.episodes, tokenizer.pad_token_id, torch.device("cpu"))
+        mask = trainer._loss_mask(batch, range(2), packed)
+        assert int(mask[0].sum()) == (0 if masked else 3), masked
+        assert int(mask[1].sum()) == 2
+
+
+class _Result:
+    def __init__(self, reward):
+        self.reward = reward
+
+
+def test_overlong_shaping_ramps_the_reward_down_by_the_longest_turn():
+    cfg = validate_run_config({"kind": "grpo", "max_completion_length": 100, "overlong_buffer": 20})
+
+    def episode(mask):
+        return Episode(task=Task(id="e", messages=[]), group=0, trajectory=None, prompt_ids=[1],
+                       completion_ids=[5] * len(mask), completion_mask=mask,
+                       completion_logprobs=[0.0] * len(mask))
+
+    # The REFERENCE vector, on single-turn episodes: 80, 85, 90, 100 tokens.
+    for length, penalty in ((80, 0.0), (85, -0.25), (90, -0.5), (100, -1.0)):
+        assert shaped_reward(_Result(1.0), episode([1] * length), cfg) == 1.0 + penalty
+    # Two turns of 60 with tool output between: 120 generated, but no turn is overlong.
+    two_turns = [1] * 60 + [0] * 30 + [1] * 60
+    assert shaped_reward(_Result(1.0), episode(two_turns), cfg) == 1.0
+    assert shaped_reward(_Result(0.5), episode([1] * 60 + [0] * 5 + [1] * 90), cfg) == 0.0
+    off = validate_run_config({"kind": "grpo", "max_completion_length": 100})
+    assert shaped_reward(_Result(1.0), episode([1] * 100), off) == 1.0
+    assert math.isnan(shaped_reward(_Result(None), episode([1] * 100), cfg))

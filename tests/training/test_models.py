@@ -93,6 +93,66 @@ def test_converted_gguf_folder_is_reused_without_reconverting(tmp_path, monkeypa
     assert resolve_model(str(gguf), data_dir=tmp_path / "data") == out
 
 
+def _converted(data: Path, name: str) -> Path:
+    """A converted-model folder as an earlier conversion would have left it."""
+    out = data / "models" / name
+    out.mkdir(parents=True)
+    (out / "config.json").write_text("{}")
+    return out
+
+
+def test_model_gguf_file_picks_that_file_of_a_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    for name in ("model-Q4.gguf", "model-Q8.gguf"):
+        (folder / name).write_bytes(b"GGUF")
+    data = tmp_path / "data"
+    q8 = _converted(data, models._gguf_cache_name(folder / "model-Q8.gguf"))
+    _converted(data, models._gguf_cache_name(folder / "model-Q4.gguf"))
+    monkeypatch.setattr(models.AutoModelForCausalLM, "from_pretrained", None)  # no loading at all
+    assert resolve_model(str(folder), gguf_file="model-Q8.gguf", data_dir=data) == q8
+    # Without the key the folder itself is the model (an HF folder), as before.
+    assert resolve_model(str(folder), data_dir=data) == folder
+
+
+def test_model_gguf_file_missing_from_the_folder_lists_the_ones_there(tmp_path):
+    (tmp_path / "model-Q4.gguf").write_bytes(b"GGUF")
+    with pytest.raises(FileNotFoundError, match=r"'model-F16.gguf' is not in .*model-Q4.gguf"):
+        resolve_model(str(tmp_path), gguf_file="model-F16.gguf", data_dir=tmp_path / "data")
+
+
+@pytest.mark.parametrize("spec", ["smollm2", "weights/model.gguf"])
+def test_model_gguf_file_with_a_gguf_model_says_to_leave_it_empty(tmp_path, spec):
+    with pytest.raises(ValueError, match="leave model_gguf_file empty"):
+        resolve_model(spec, gguf_file="other.gguf", data_dir=tmp_path)
+
+
+def test_model_gguf_file_of_a_hub_repo_converts_into_its_own_folder(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    out = _converted(data, "org--model-gguf--model-q4_k_m")
+    monkeypatch.setattr(models.AutoModelForCausalLM, "from_pretrained", None)
+    assert resolve_model("org/Model-GGUF", gguf_file="model-Q4_K_M.gguf", data_dir=data) == out
+
+
+def test_a_run_config_model_gguf_file_reaches_the_loader(tmp_path, monkeypatch, tokenizer):
+    """The config key (and the web app's registry field that fills it) picks the file loaded."""
+    from training.config import validate_run_config
+    from training.runner import load_policy
+
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    (folder / "tiny.gguf").write_bytes(b"GGUF")
+    data = tmp_path / "data"
+    out = data / "models" / models._gguf_cache_name(folder / "tiny.gguf")
+    tiny_llama(tokenizer, hidden_size=32).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    monkeypatch.setenv("CRUCIBLE_DATA_DIR", str(data))
+    cfg = validate_run_config({"kind": "eval", "model": str(folder), "model_gguf_file": "tiny.gguf",
+                               "bf16": False})
+    model, _, is_lora = load_policy(cfg, torch.device("cpu"), trainable=False)
+    assert model.config.hidden_size == 32 and not is_lora
+
+
 @pytest.mark.parametrize(
     ("name", "dtype"), [("bf16", torch.bfloat16), ("float32", torch.float32), (None, None)]
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from environments.json_tool_call import JsonToolCallEnvironment
@@ -106,3 +107,68 @@ def test_step_gradient_does_not_depend_on_how_the_step_is_split(tiny_model_dir, 
     by_length = sorted(batch, key=lambda s: s.length)
     assert torch.allclose(gradient([by_length[:2], by_length[2:]]), whole, atol=1e-5)
     assert torch.allclose(gradient([[s] for s in batch]), whole, atol=1e-5)
+
+
+def _reviewed_file(path, tasks, extra_rows=()):
+    rows = [{"task_id": t.id, "turns": [{"role": "assistant", "content": json.dumps(
+        {"name": t.ground_truth[0]["name"], "arguments": t.ground_truth[0]["arguments"]})}]}
+        for t in tasks]
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*rows, *extra_rows]))
+    return path
+
+
+def test_lora_sft_from_reviewed_trajectories_trains_only_the_adapters(
+    tokenizer, tiny_model_dir, json_tasks_file, tmp_path
+):
+    from safetensors.torch import load_file
+
+    tasks = [t for t in load_tasks(json_tasks_file) if t.split == "train"][:3]
+    reviewed = _reviewed_file(tmp_path / "reviewed.jsonl", tasks)
+    cfg = validate_run_config({
+        "kind": "sft", "model": str(tiny_model_dir), "dataset": str(json_tasks_file),
+        "sft_source": "reviewed", "reviewed_trajectories": str(reviewed), "adapter": "lora",
+        "device": "cpu", "bf16": False, "micro_batch_size": 3, "max_steps": 8, "num_epochs": 20,
+        "learning_rate": 1e-2, "lr_scheduler": "constant", "eval_interval": 0,
+        "checkpoint_interval": 8, "lora_dropout": 0.0,
+    })
+    run_dir = tmp_path / "run"
+    with EventWriter(run_dir) as events:
+        execute(cfg, run_dir, events, environment=JsonToolCallEnvironment())
+    written, _ = read_events(run_dir / "events.jsonl")
+    losses = [e["metrics"]["loss"] for e in written if e["type"] == "metric"]
+    # A random 49k-way head moves slowly under LoRA alone (it has no adapter): a trend, not a drop.
+    assert len(losses) == 8 and sum(losses[-3:]) / 3 < losses[0] - 0.1, losses
+    # 3 demonstrations per step: the reviewed rows, not the dataset's 24 training tasks.
+    assert [e["metrics"]["cost/trained_tokens"] for e in written if e["type"] == "metric"][0] == sum(
+        sum(s.completion_mask) for s in [conversation_sequence(
+            tokenizer, JsonToolCallEnvironment(), t,
+            [{"role": "assistant", "content": json.dumps({"name": t.ground_truth[0]["name"],
+                                                          "arguments": t.ground_truth[0]["arguments"]})}])
+            for t in tasks])
+    checkpoint = run_dir / "checkpoints" / "step_8"
+    adapters = load_file(str(checkpoint / "adapter_model.safetensors"))
+    assert adapters and all("lora_" in name for name in adapters)
+    assert any(value.abs().sum() > 0 for name, value in adapters.items() if "lora_B" in name)  # B starts at 0
+    assert not (checkpoint / "model.safetensors").exists()  # the base model is not copied
+
+
+def test_reviewed_rows_without_an_assistant_turn_or_known_task_are_refused(
+    tokenizer, tiny_model_dir, json_tasks_file, tmp_path
+):
+    from training.data import DataError
+
+    tasks = [t for t in load_tasks(json_tasks_file) if t.split == "train"][:1]
+    for bad, message in (
+        ({"task_id": tasks[0].id, "turns": [{"role": "user", "content": "hi"}]}, r"reviewed.jsonl:2: no assistant turn"),
+        ({"task_id": "nope", "turns": []}, r"reviewed.jsonl:2: task_id 'nope' is not in the dataset"),
+    ):
+        reviewed = _reviewed_file(tmp_path / "reviewed.jsonl", tasks, [bad])
+        cfg = validate_run_config({
+            "kind": "sft", "model": str(tiny_model_dir), "dataset": str(json_tasks_file),
+            "sft_source": "reviewed", "reviewed_trajectories": str(reviewed), "device": "cpu",
+            "bf16": False,
+        })
+        with EventWriter(tmp_path / "run") as events:
+            job = build_job(cfg, tmp_path / "run", events, environment=JsonToolCallEnvironment())
+        with pytest.raises(DataError, match=message):
+            sft_sequences(job)
