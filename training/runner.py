@@ -40,6 +40,7 @@ DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 FULL_WEIGHTS = "model.safetensors"
+FULL_WEIGHTS_INDEX = "model.safetensors.index.json"
 RUN_CONFIG_FILE = "run_config.json"
 MAX_GRAD_NORM = 1.0
 """Gradient clipping threshold (TRL's max_grad_norm default)."""
@@ -335,6 +336,24 @@ def save_checkpoint(
     return checkpoint
 
 
+def full_weights(folder: Path, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """A full checkpoint's tensors: model.safetensors, or the shards its index names.
+
+    save_pretrained shards models larger than its max_shard_size, so big full fine-tunes
+    come back as model-0000k-of-0000n.safetensors plus model.safetensors.index.json.
+    """
+    single = folder / FULL_WEIGHTS
+    if single.is_file():
+        return load_file(str(single), device=str(device))
+    index = folder / FULL_WEIGHTS_INDEX
+    if not index.is_file():
+        raise JobError(f"checkpoint {folder} holds neither {FULL_WEIGHTS} nor {FULL_WEIGHTS_INDEX}")
+    state: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())):
+        state.update(load_file(str(folder / shard), device=str(device)))
+    return state
+
+
 def load_weights(job: Job, folder: Path) -> None:
     """Load a checkpoint's weights into the live model in place (the optimizer keeps its params)."""
     if job.is_lora:
@@ -349,7 +368,7 @@ def load_weights(job: Job, folder: Path) -> None:
                 f"{unexpected[:3]}); resume with the config the run started with"
             )
         return
-    state = load_file(str(folder / FULL_WEIGHTS), device=str(job.device))
+    state = full_weights(folder, job.device)
     missing, unexpected = job.model.load_state_dict(state, strict=False)
     # save_pretrained leaves tied copies out; only those may be missing (they follow the
     # embedding they are tied to). An untied model missing its head is a mismatch.

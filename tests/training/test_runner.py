@@ -161,3 +161,21 @@ def test_a_run_keeps_the_best_validated_checkpoints_plus_the_latest(tokenizer, t
     best = max(sorted(scores), key=lambda step: (scores[step], step))  # ties go to the later step
     kept = sorted(int(p.name.removeprefix("step_")) for p in (tmp_path / "checkpoints").glob("step_*"))
     assert kept == sorted({best, 4})
+
+
+def test_resume_reads_a_sharded_full_checkpoint(tokenizer, tmp_path):
+    """Full fine-tunes above save_pretrained's shard size are written as several files."""
+    with EventWriter(tmp_path) as events:
+        job = _job(tokenizer, tmp_path, events, adapter="full", seed=0)
+        _perturb(job.model)
+        optimizer, scheduler = make_optimizer(job, 4)
+        folder = save_checkpoint(job, 2, optimizer, scheduler).path
+        (folder / FULL_WEIGHTS).unlink()
+        job.model.save_pretrained(folder, max_shard_size="2MB")
+        assert len(list(folder.glob("model-*.safetensors"))) > 1
+        saved = _trainable(job.model)
+        other = _job(tokenizer, tmp_path, events, adapter="full", seed=1)
+        other_optimizer, other_scheduler = make_optimizer(other, 4)
+        assert resume(other, other_optimizer, other_scheduler) == 2
+    after = _trainable(other.model)
+    assert all(torch.equal(after[name], value) for name, value in saved.items())
