@@ -17,7 +17,9 @@ nothing: without trl it measures ours and says how to add TRL (`pip install trl`
 The base model never writes the call format in 64 tokens, so from it both trainers see reward
 0 and the reward comparison says nothing; --init-checkpoint starts both from the same LoRA
 checkpoint (the CPU recipe's SFT stage writes one), where rewards vary within a group and
-the comparison of rewards after N steps means something.
+the comparison of rewards after N steps means something. Each trainer's training reward is
+measured on the prompts it drew, so after training both policies are also evaluated greedily
+on the same --eval-tasks validation tasks: that is the like-for-like reward comparison.
 """
 
 from __future__ import annotations
@@ -224,6 +226,28 @@ def summary(name: str, rows: list[tuple[float, float, float]], memory: float) ->
     return seconds
 
 
+def evaluate_policy(model, tokenizer, tasks, bf16: bool) -> dict:
+    """Greedy success and mean reward of a trained policy on fixed tasks, the same for both.
+
+    Training rewards are measured on whatever prompts each trainer drew, so they say little
+    about which policy is better; this is the like-for-like "reward after N steps"."""
+    from training.agent_loop import AgentLoopConfig
+    from training.evaluate import EvalSettings, evaluate
+    from training.rollout import HFGenerateEngine
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.eval()
+    engine = HFGenerateEngine(model, tokenizer, device, autocast=bf16)
+    metrics = evaluate(engine, tokenizer, JsonToolCallEnvironment(), JsonToolCallVerifier(), tasks,
+                       EvalSettings(max_new_tokens=COMPLETION), agent=AgentLoopConfig(max_turns=1))
+    return {"success_rate": metrics["success_rate"], "reward_mean": metrics["reward_mean"]}
+
+
+def print_evaluation(name: str, metrics: dict, n: int) -> None:
+    print(f"{name:<6} after training, greedy on {n} validation tasks: success "
+          f"{metrics['success_rate']:.1%}, mean reward {metrics['reward_mean']:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="steps per trainer")
@@ -237,11 +261,16 @@ def main() -> None:
                              "natively (on CPUs without AVX512-BF16/AMX it is emulated and slower)")
     parser.add_argument("--init-checkpoint", default=None,
                         help="a LoRA checkpoint folder both trainers start from (e.g. the recipe's SFT)")
+    parser.add_argument("--eval-tasks", type=int, default=50,
+                        help="after training, evaluate both policies greedily on this many validation "
+                             "tasks (the same ones); 0: skip")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.bf16 = bf16_supported(device) if args.bf16 == "auto" else args.bf16 == "on"
     torch.manual_seed(0)
-    tasks = [t for t in workplace_json_tasks(600, seed=0) if t.split == "train"]
+    generated = workplace_json_tasks(600, seed=0)
+    tasks = [t for t in generated if t.split == "train"]
+    validation = [t for t in generated if t.split == "validation"][: args.eval_tasks]
     have_trl = importlib.util.find_spec("trl") is not None
     if not have_trl:
         print("trl is not installed: measuring our trainer only. For the comparison run "
@@ -266,6 +295,13 @@ def main() -> None:
     if trl_rows:
         theirs = summary("trl", trl_rows, memory["trl"])
         print(f"ratio ours / trl (median s/step): {mine / theirs:.2f} (target <= 0.7)")
+    if validation:
+        tokenizer = ours.trainer.job.tokenizer
+        print_evaluation("ours", evaluate_policy(ours.trainer.job.model, tokenizer, validation, args.bf16),
+                         len(validation))
+        if trl_rows:
+            print_evaluation("trl", evaluate_policy(trl.trainer.model, tokenizer, validation, args.bf16),
+                             len(validation))
     if not torch.cuda.is_available():
         print("note: on CPU peak memory is the process's peak RSS, shared by both trainers")
 
