@@ -109,10 +109,13 @@ def test_step_gradient_does_not_depend_on_how_the_step_is_split(tiny_model_dir, 
     assert torch.allclose(gradient([[s] for s in batch]), whole, atol=1e-5)
 
 
+def _right_turns(task):
+    call = task.ground_truth[0]
+    return [{"role": "assistant", "content": json.dumps({"name": call["name"], "arguments": call["arguments"]})}]
+
+
 def _reviewed_file(path, tasks, extra_rows=()):
-    rows = [{"task_id": t.id, "turns": [{"role": "assistant", "content": json.dumps(
-        {"name": t.ground_truth[0]["name"], "arguments": t.ground_truth[0]["arguments"]})}]}
-        for t in tasks]
+    rows = [{"task_id": t.id, "turns": _right_turns(t)} for t in tasks]
     path.write_text("".join(json.dumps(r) + "\n" for r in [*rows, *extra_rows]))
     return path
 
@@ -139,12 +142,9 @@ def test_lora_sft_from_reviewed_trajectories_trains_only_the_adapters(
     # A random 49k-way head moves slowly under LoRA alone (it has no adapter): a trend, not a drop.
     assert len(losses) == 8 and sum(losses[-3:]) / 3 < losses[0] - 0.1, losses
     # 3 demonstrations per step: the reviewed rows, not the dataset's 24 training tasks.
-    assert [e["metrics"]["cost/trained_tokens"] for e in written if e["type"] == "metric"][0] == sum(
-        sum(s.completion_mask) for s in [conversation_sequence(
-            tokenizer, JsonToolCallEnvironment(), t,
-            [{"role": "assistant", "content": json.dumps({"name": t.ground_truth[0]["name"],
-                                                          "arguments": t.ground_truth[0]["arguments"]})}])
-            for t in tasks])
+    demonstrations = [conversation_sequence(tokenizer, JsonToolCallEnvironment(), t, _right_turns(t)) for t in tasks]
+    first = next(e for e in written if e["type"] == "metric")
+    assert first["metrics"]["cost/trained_tokens"] == sum(sum(d.completion_mask) for d in demonstrations)
     checkpoint = run_dir / "checkpoints" / "step_8"
     adapters = load_file(str(checkpoint / "adapter_model.safetensors"))
     assert adapters and all("lora_" in name for name in adapters)
