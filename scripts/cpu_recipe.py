@@ -4,8 +4,10 @@
     python scripts/cpu_recipe.py --out /tmp/smoke --tiny       # a tiny random model, seconds
 
 Tasks: workplace requests as one-call json_tool_call tasks (environments.json_tool_call_tasks).
-The held_out split keeps only tasks of the generator's held-out templates (request shapes
-never seen in training), at least --held-out of them. Every stage runs the real command,
+The held_out split keeps only tasks of the generator's reworded templates: trained actions
+asked for in request shapes never seen in training, --held-out of them. A second file holds
+--novel-pairs tasks of the novel-pair templates, which ask to write a field no training task
+writes; both checkpoints are evaluated on it too and it gets its own column. Every stage runs the real command,
 `python -m training run --config ... --out ...`, so each number here can be reproduced by
 hand from the configs written under --out. Prints a table of held-out success and wall time.
 Running it again with the same --out keeps the stages that finished (change a stage's settings:
@@ -26,25 +28,36 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from environments.json_tool_call_tasks import workplace_json_tasks  # noqa: E402
-from environments.workplace.generator import HELD_OUT_TEMPLATES  # noqa: E402
+from environments.workplace.generator import NOVEL_PAIR_TEMPLATES, REWORDED_TEMPLATES  # noqa: E402
 from training.events import read_events  # noqa: E402
 
 BF16_CHOICES = {"auto": "auto", "on": True, "off": False}
 SFT_SEQUENCES_PER_STEP = 16
 
 
-def write_dataset(path: Path, args: argparse.Namespace) -> dict[str, int]:
-    """Train / validation tasks of seen templates, held_out tasks of held-out templates only."""
-    tasks = workplace_json_tasks(3000, seed=args.seed, min_held_out=args.held_out * 2)
+def write_datasets(path: Path, novel_path: Path, args: argparse.Namespace) -> dict[str, int]:
+    """Train / validation tasks of seen templates and held_out tasks of reworded templates in
+    `path`; held_out tasks of novel-pair templates in `novel_path`."""
+    wanted = args.held_out + args.novel_pairs
+    tasks = workplace_json_tasks(3000, seed=args.seed, min_held_out=wanted * 2)
     train = [t for t in tasks if t.split == "train"][: args.train_tasks]
     validation = [t for t in tasks if t.split == "validation"][: args.validation_tasks]
-    held_out = [
-        t for t in tasks if t.split == "held_out" and t.metadata["template"] in HELD_OUT_TEMPLATES
-    ][: args.held_out]
+    held_out = _held_out_of(tasks, REWORDED_TEMPLATES)[: args.held_out]
+    novel = _held_out_of(tasks, NOVEL_PAIR_TEMPLATES)[: args.novel_pairs]
+    _write_jsonl(path, train + validation + held_out)
+    _write_jsonl(novel_path, novel)
+    return {"train": len(train), "validation": len(validation), "held_out": len(held_out),
+            "novel_pairs": len(novel)}
+
+
+def _held_out_of(tasks: list, templates: frozenset[str]) -> list:
+    return [t for t in tasks if t.split == "held_out" and t.metadata["template"] in templates]
+
+
+def _write_jsonl(path: Path, tasks: list) -> None:
     with open(path, "w") as f:
-        for task in train + validation + held_out:
+        for task in tasks:
             f.write(json.dumps(task.to_dict()) + "\n")
-    return {"train": len(train), "validation": len(validation), "held_out": len(held_out)}
 
 
 def run_stage(name: str, config: dict, out: Path) -> tuple[dict, float]:
@@ -86,15 +99,16 @@ def last_metrics(events: list[dict], split: str) -> dict:
     return found[-1] if found else {}
 
 
-def held_out_by_template(dataset: Path, stages: dict[str, list[dict]]) -> list[str]:
+def held_out_by_template(datasets: list[Path], stages: dict[str, list[dict]]) -> list[str]:
     """Lines of a per-template table: passed / total for each held-out eval stage.
 
     The overall rate hides which request shapes transfer; this is the table the README keeps."""
     template_of = {}
-    with open(dataset) as f:
-        for line in f:
-            task = json.loads(line)
-            template_of[task["id"]] = task.get("metadata", {}).get("template", "?")
+    for dataset in datasets:
+        with open(dataset) as f:
+            for line in f:
+                task = json.loads(line)
+                template_of[task["id"]] = task.get("metadata", {}).get("template", "?")
     counts: dict[str, dict[str, list[int]]] = {}
     for stage, events in stages.items():
         for event in events:
@@ -107,6 +121,10 @@ def held_out_by_template(dataset: Path, stages: dict[str, list[dict]]) -> list[s
         cells = [counts[template].get(stage, [0, 0]) for stage in stages]
         lines.append(f"{template:<32}" + "".join(f"{f'{p} / {n}':>18}" for p, n in cells))
     return lines
+
+
+def _rate(metrics: dict | None) -> str:
+    return f"{metrics.get('success_rate', 0):.1%}" if metrics else "-"
 
 
 def final_checkpoint(events: list[dict]) -> str:
@@ -132,7 +150,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-tasks", type=int, default=1000)
     parser.add_argument("--validation-tasks", type=int, default=50)
-    parser.add_argument("--held-out", type=int, default=200)
+    parser.add_argument("--held-out", type=int, default=200,
+                        help="held-out tasks of the reworded templates (the headline number)")
+    parser.add_argument("--novel-pairs", type=int, default=100,
+                        help="held-out tasks of the novel-pair templates (0 skips those evals)")
     parser.add_argument("--sft-steps", type=int, default=60)
     parser.add_argument("--sft-lr", type=float, default=1e-3, help="SFT learning rate (LoRA)")
     parser.add_argument("--sft-micro-batch", type=int, choices=(1, 2, 4, 8, 16), default=4,
@@ -150,11 +171,11 @@ def main() -> None:
                              "(AVX512-BF16/AMX: about half the step time; emulated: several times slower)")
     args = parser.parse_args()
     if args.tiny:
-        args.train_tasks, args.validation_tasks, args.held_out = 16, 4, 8
+        args.train_tasks, args.validation_tasks, args.held_out, args.novel_pairs = 16, 4, 8, min(args.novel_pairs, 4)
         args.sft_steps, args.grpo_steps, args.max_completion_length = 2, 2, 8
     args.out.mkdir(parents=True, exist_ok=True)
-    dataset = args.out / "tasks.jsonl"
-    sizes = write_dataset(dataset, args)
+    dataset, novel_dataset = args.out / "tasks.jsonl", args.out / "tasks_novel_pairs.jsonl"
+    sizes = write_datasets(dataset, novel_dataset, args)
     print(f"tasks: {sizes}", flush=True)
     model = tiny_model(args.out) if args.tiny else args.model
     common = {
@@ -190,26 +211,38 @@ def main() -> None:
     seen = {**common, "kind": "eval", "eval_split": "validation"}
     sft_seen, _ = run_stage("sft_validation", {**seen, "init_checkpoint": sft_checkpoint}, args.out)
     grpo_seen, _ = run_stage("grpo_validation", {**seen, "init_checkpoint": final_checkpoint(grpo)}, args.out)
+    # Held-out tasks that write a field no training task writes: a harder step, reported apart.
+    novel = {**held_out, "dataset": str(novel_dataset)}
+    sft_novel, grpo_novel = [], []
+    if sizes["novel_pairs"]:
+        sft_novel, _ = run_stage("sft_novel_pairs", {**novel, "init_checkpoint": sft_checkpoint}, args.out)
+        grpo_novel, _ = run_stage("grpo_novel_pairs", {**novel, "init_checkpoint": final_checkpoint(grpo)},
+                                  args.out)
 
     rows = [] if args.skip_baseline else [
-        ("baseline (base model)", last_metrics(baseline, "held_out"), t_base, None),
+        ("baseline (base model)", last_metrics(baseline, "held_out"), t_base, None, None),
     ]
     rows += [
-        ("after SFT", last_metrics(sft_eval, "held_out"), t_sft_eval, last_metrics(sft_seen, "validation")),
+        ("after SFT", last_metrics(sft_eval, "held_out"), t_sft_eval, last_metrics(sft_seen, "validation"),
+         last_metrics(sft_novel, "held_out")),
         ("after SFT + GRPO", last_metrics(grpo_eval, "held_out"), t_grpo_eval,
-         last_metrics(grpo_seen, "validation")),
+         last_metrics(grpo_seen, "validation"), last_metrics(grpo_novel, "held_out")),
     ]
-    print(f"\nheld-out tasks: {sizes['held_out']} (templates never trained on); "
-          f"validation: {sizes['validation']} (seen templates)")
-    print(f"{'model':<24}{'success':>9}{'valid_json':>12}{'right_tool':>12}{'eval s':>8}{'validation':>12}")
-    for name, metrics, seconds, seen_metrics in rows:
-        seen_rate = f"{seen_metrics.get('success_rate', 0):.1%}" if seen_metrics else "-"
+    print(f"\nheld-out tasks: {sizes['held_out']} (trained actions in request shapes never trained on); "
+          f"validation: {sizes['validation']} (seen templates); novel pairs: {sizes['novel_pairs']} "
+          f"(fields no training task writes)")
+    print(f"{'model':<24}{'success':>9}{'valid_json':>12}{'right_tool':>12}{'unsafe':>8}{'eval s':>8}"
+          f"{'validation':>12}{'novel pairs':>13}")
+    for name, metrics, seconds, seen_metrics, novel_metrics in rows:
         print(
             f"{name:<24}{metrics.get('success_rate', 0):>9.1%}{metrics.get('valid_json_rate') or 0:>12.1%}"
-            f"{metrics.get('correct_tool_rate') or 0:>12.1%}{seconds:>8.0f}{seen_rate:>12}"
+            f"{metrics.get('correct_tool_rate') or 0:>12.1%}{metrics.get('unsafe_action_rate') or 0:>8.1%}"
+            f"{seconds:>8.0f}{_rate(seen_metrics):>12}{_rate(novel_metrics):>13}"
         )
     print()
-    for line in held_out_by_template(dataset, {"after SFT": sft_eval, "after SFT + GRPO": grpo_eval}):
+    per_template = held_out_by_template([dataset, novel_dataset], {
+        "after SFT": sft_eval + sft_novel, "after SFT + GRPO": grpo_eval + grpo_novel})
+    for line in per_template:
         print(line)
     print(f"training wall time: SFT {t_sft:.0f} s ({args.sft_steps} steps), GRPO {t_grpo:.0f} s ({args.grpo_steps} steps)")
 

@@ -11,7 +11,9 @@ punctuation and politeness words) are dropped.
 
 Splits are decided by a stable hash of the task id (hashlib, never hash()): about
 85% train, 8% validation, 7% held_out, and every task of a HELD_OUT_TEMPLATES template is
-held out, so held-out results measure generalisation to unseen request shapes.
+held out, so held-out results measure generalisation to unseen request shapes. Those come in
+two kinds, measured apart: REWORDED_TEMPLATES ask for trained actions in new wording, and
+NOVEL_PAIR_TEMPLATES ask to write a field that no training task writes.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ from environments.workplace.tools import TOOL_SPECS, toolkit_of, tools_for
 
 CATEGORIES = ("email", "calendar", "analytics", "project_management",
               "customer_relationship_manager")
-HELD_OUT_TEMPLATES = frozenset({
+# Always held out. Novel pairs ask for a (tool, field) pair no training task writes;
+# REWORDED_TEMPLATES (below) ask for trained pairs in request shapes no training template uses.
+NOVEL_PAIR_TEMPLATES = frozenset({
     "calendar_change_duration", "analytics_two_plots", "pm_change_due_date",
     "crm_stale_proposals_to_lost",
 })
@@ -191,16 +195,21 @@ def _unique(rows: list[Row], predicate: Callable[[Row], bool]) -> list[Row]:
 
 
 def email_send_lookup(rng: random.Random, w: World) -> Draft | None:
-    first = rng.choice(sorted(w.people))
-    subject, body = rng.choice(SUBJECTS), rng.choice(BODIES)
-    request = rng.choice((
+    return _email_send(rng, w, "email_send_lookup", (
         "Send an email to {f} with the subject '{s}' saying '{b}'",
         "Email {f} about '{s}': '{b}'",
         "Can you write to {f}? Subject: '{s}'. Message: '{b}'",
         "Please send {f} an email titled '{s}' that says '{b}'",
-    )).format(f=first, s=subject, b=body)
+    ))
+
+
+def _email_send(rng: random.Random, w: World, template: str, phrasings: tuple[str, ...]) -> Draft | None:
+    """A new email to a colleague named by first name ({f}), with subject {s} and body {b}."""
+    first = rng.choice(sorted(w.people))
+    subject, body = rng.choice(SUBJECTS), rng.choice(BODIES)
+    request = rng.choice(phrasings).format(f=first, s=subject, b=body)
     send = ("email_send_email", {"recipient": w.people[first], "subject": subject, "body": body})
-    return Draft("email_send_lookup", "email", request, [send], [_lookup(first)],
+    return Draft(template, "email", request, [send], [_lookup(first)],
                  [Effect(EMAILS, "create", values={"sender/recipient": w.people[first], "subject": subject})])
 
 
@@ -361,6 +370,14 @@ def calendar_rename_last_on_day(rng: random.Random, w: World) -> Draft | None:
 
 
 def calendar_reschedule(rng: random.Random, w: World) -> Draft | None:
+    return _calendar_reschedule(rng, w, "calendar_reschedule", (
+        "Move the '{n}' with {f} on {day} to {t}",
+        "Reschedule my '{n}' meeting with {f} on {day} so it starts at {t}",
+    ))
+
+
+def _calendar_reschedule(rng: random.Random, w: World, template: str, phrasings: tuple[str, ...]) -> Draft | None:
+    """A new start time ({t}) for the meeting {n} with {f} on {day}, same day and length."""
     picked = _single_event(rng, w)
     if picked is None:
         return None
@@ -371,27 +388,30 @@ def calendar_reschedule(rng: random.Random, w: World) -> Draft | None:
     when = (datetime.combine(day, datetime.min.time()) + timedelta(minutes=start)).strftime("%Y-%m-%d %H:%M:%S")
     if when == event["event_start"]:
         return None
-    request = rng.choice((
-        "Move the '{n}' with {f} on {day} to {t}",
-        "Reschedule my '{n}' meeting with {f} on {day} so it starts at {t}",
-    )).format(n=event["event_name"], f=first, day=f"{day:%B} {day.day}", t=_spoken_time(start))
+    request = rng.choice(phrasings).format(
+        n=event["event_name"], f=first, day=f"{day:%B} {day.day}", t=_spoken_time(start))
     call = ("calendar_update_event", {"event_id": event["event_id"], "field": "event_start", "new_value": when})
     reads = [("calendar_search_events", {"query": event["participant_email"]})]
-    return Draft("calendar_reschedule", "calendar", request, [call], reads,
+    return Draft(template, "calendar", request, [call], reads,
                  [Effect(EVENTS, "update", event["event_id"], {"event_start": when})])
 
 
 def calendar_cancel(rng: random.Random, w: World) -> Draft | None:
+    return _calendar_cancel(rng, w, "calendar_cancel", (
+        "Cancel the '{n}' with {f} on {day}", "Delete my '{n}' meeting with {f} on {day}",
+    ))
+
+
+def _calendar_cancel(rng: random.Random, w: World, template: str, phrasings: tuple[str, ...]) -> Draft | None:
+    """The meeting {n} with {f} on {day} deleted."""
     picked = _single_event(rng, w)
     if picked is None:
         return None
     event, first = picked
     day = _event_day(event)
-    request = rng.choice((
-        "Cancel the '{n}' with {f} on {day}", "Delete my '{n}' meeting with {f} on {day}",
-    )).format(n=event["event_name"], f=first, day=f"{day:%B} {day.day}")
+    request = rng.choice(phrasings).format(n=event["event_name"], f=first, day=f"{day:%B} {day.day}")
     call = ("calendar_delete_event", {"event_id": event["event_id"]})
-    return Draft("calendar_cancel", "calendar", request, [call],
+    return Draft(template, "calendar", request, [call],
                  [("calendar_search_events", {"query": event["participant_email"]})],
                  [Effect(EVENTS, "delete", event["event_id"])])
 
@@ -471,14 +491,19 @@ def _day_range(rng: random.Random, w: World) -> tuple[str, str]:
 
 
 def analytics_plot_range(rng: random.Random, w: World) -> Draft | None:
-    low, high = _day_range(rng, w)
-    value, kind = rng.choice(sorted(VALUE_WORDS)), rng.choice(PLOT_TYPES)
-    request = rng.choice((
+    return _plot_range(rng, w, "analytics_plot_range", (
         "Create a {k} chart of {v} from {a} to {b}", "Plot {v} between {a} and {b} as a {k} chart",
         "I need a {k} plot of {v} for {a} through {b}",
-    )).format(k=kind, v=VALUE_WORDS[value], a=low, b=high)
+    ))
+
+
+def _plot_range(rng: random.Random, w: World, template: str, phrasings: tuple[str, ...]) -> Draft | None:
+    """A {k} plot of the value {v} between two days with data, {a} and {b}."""
+    low, high = _day_range(rng, w)
+    value, kind = rng.choice(sorted(VALUE_WORDS)), rng.choice(PLOT_TYPES)
+    request = rng.choice(phrasings).format(k=kind, v=VALUE_WORDS[value], a=low, b=high)
     call, effect = _plot(low, high, value, kind)
-    return Draft("analytics_plot_range", "analytics", request, [call], [], [effect])
+    return Draft(template, "analytics", request, [call], [], [effect])
 
 
 def analytics_plot_since(rng: random.Random, w: World) -> Draft | None:
@@ -551,24 +576,34 @@ def _task_update(template: str, task: Row, column: str, value: str, request: str
 
 
 def pm_move_task(rng: random.Random, w: World) -> Draft | None:
+    return _pm_move(rng, w, "pm_move_task", (
+        "Move '{t}' to {l}", "Put the task '{t}' in {l}", "Please move task '{t}' into the {l} list"))
+
+
+def _pm_move(rng: random.Random, w: World, template: str, phrasings: tuple[str, ...]) -> Draft | None:
+    """The task {t} moved to another list, {l}."""
     task = _single_task(rng, w)
     if task is None:
         return None
     target = rng.choice([name for name in LISTS if name != task["list_name"]])
-    request = rng.choice(("Move '{t}' to {l}", "Put the task '{t}' in {l}",
-                          "Please move task '{t}' into the {l} list")).format(t=task["task_name"], l=target)
-    return _task_update("pm_move_task", task, "list_name", target, request)
+    request = rng.choice(phrasings).format(t=task["task_name"], l=target)
+    return _task_update(template, task, "list_name", target, request)
 
 
 def pm_reassign_task(rng: random.Random, w: World) -> Draft | None:
+    return _pm_reassign(rng, w, "pm_reassign_task", (
+        "Reassign '{t}' to {f}", "Give the task '{t}' to {f}", "{f} should own '{t}' from now on"))
+
+
+def _pm_reassign(rng: random.Random, w: World, template: str, phrasings: tuple[str, ...]) -> Draft | None:
+    """The task {t} assigned to another colleague, {f} (first name; the address is looked up)."""
     task = _single_task(rng, w)
     assignee = rng.choice(w.assignees)
     first = w.first_name(assignee)
     if task is None or first is None or assignee == task["assigned_to_email"]:
         return None
-    request = rng.choice(("Reassign '{t}' to {f}", "Give the task '{t}' to {f}",
-                          "{f} should own '{t}' from now on")).format(t=task["task_name"], f=first)
-    draft = _task_update("pm_reassign_task", task, "assigned_to_email", assignee, request)
+    request = rng.choice(phrasings).format(t=task["task_name"], f=first)
+    draft = _task_update(template, task, "assigned_to_email", assignee, request)
     draft.reads.append(_lookup(first))
     return draft
 
@@ -672,13 +707,18 @@ def _customer_update(template: str, customer: Row, column: str, value: str, requ
 
 
 def crm_update_status(rng: random.Random, w: World) -> Draft | None:
+    return _crm_status(rng, w, "crm_update_status", (
+        "Mark {c} as {s} in the CRM", "Update {c}'s status to {s}", "{c} is now {s}; update the CRM"))
+
+
+def _crm_status(rng: random.Random, w: World, template: str, phrasings: tuple[str, ...]) -> Draft | None:
+    """The customer {c} given another status, {s}."""
     customer = _single_customer(rng, w)
     if customer is None:
         return None
     status = rng.choice([s for s in STATUSES if s != customer["status"]])
-    request = rng.choice(("Mark {c} as {s} in the CRM", "Update {c}'s status to {s}",
-                          "{c} is now {s}; update the CRM")).format(c=customer["customer_name"], s=status)
-    return _customer_update("crm_update_status", customer, "status", status, request)
+    request = rng.choice(phrasings).format(c=customer["customer_name"], s=status)
+    return _customer_update(template, customer, "status", status, request)
 
 
 def crm_set_follow_up(rng: random.Random, w: World) -> Draft | None:
@@ -711,11 +751,18 @@ def _customer_field_update(
 
 
 def crm_update_phone(rng: random.Random, w: World) -> Draft | None:
-    return _customer_field_update(
-        rng, w, "crm_update_phone", "customer_phone",
-        lambda _: f"{rng.randint(200, 989)}-{rng.randint(200, 999)}-{rng.randint(1000, 9999)}",
-        ("Update {c}'s phone number to {v}", "{c} has a new phone number: {v}. Save it in the CRM",
-         "Set the phone for {c} to {v}"))
+    return _crm_phone(rng, w, "crm_update_phone", (
+        "Update {c}'s phone number to {v}", "{c} has a new phone number: {v}. Save it in the CRM",
+        "Set the phone for {c} to {v}"))
+
+
+def _crm_phone(rng: random.Random, w: World, template: str, phrasings: tuple[str, ...]) -> Draft | None:
+    """A new phone number ({v}) for the customer {c}."""
+    return _customer_field_update(rng, w, template, "customer_phone", lambda _: _new_phone(rng), phrasings)
+
+
+def _new_phone(rng: random.Random) -> str:
+    return f"{rng.randint(200, 989)}-{rng.randint(200, 999)}-{rng.randint(1000, 9999)}"
 
 
 def _new_address(rng: random.Random, customer: Row) -> str:
@@ -823,6 +870,61 @@ def crm_stale_proposals_to_lost(rng: random.Random, w: World) -> Draft | None:
     return Draft("crm_stale_proposals_to_lost", "customer_relationship_manager", request, calls, reads,
                  [Effect(CRM, "update", r["customer_id"], {"status": "Lost"}) for r in matches])
 
+# ---------------------------------------------------------------------------- held-out request shapes
+# Trained (tool, field) pairs asked for in wording no training template uses: other verbs, the
+# value or the person first, the record named last. They measure whether what SFT and GRPO
+# taught carries over to new requests for the same actions. NOVEL_PAIR_TEMPLATES measure the
+# harder step: a field that no training task writes.
+
+
+Build = Callable[[random.Random, World, str, tuple[str, ...]], Draft | None]
+
+
+def _reworded(template: str, build: Build, phrasings: tuple[str, ...]) -> Callable[[random.Random, World], Draft | None]:
+    """A template named `template` that drafts what `build` drafts, worded with `phrasings`."""
+    def draft(rng: random.Random, w: World) -> Draft | None:
+        return build(rng, w, template, phrasings)
+
+    draft.__name__ = draft.__qualname__ = template
+    return draft
+
+
+REWORDED: tuple[Callable[[random.Random, World], Draft | None], ...] = (
+    _reworded("email_send_reworded", _email_send, (
+        "Drop {f} a note titled '{s}': '{b}'",
+        "Let {f} know by email, subject '{s}', that '{b}'",
+        "Message for {f} (by email, subject '{s}'): '{b}'")),
+    _reworded("calendar_reschedule_reworded", _calendar_reschedule, (
+        "The '{n}' with {f} on {day} should begin at {t} instead",
+        "Push the start of my '{n}' with {f} on {day} to {t}",
+        "Let's do the '{n}' with {f} at {t} on {day}; change the start time")),
+    _reworded("calendar_cancel_reworded", _calendar_cancel, (
+        "Call off the '{n}' with {f} on {day}",
+        "Take the '{n}' with {f} on {day} off my calendar",
+        "I can't make the '{n}' with {f} on {day}, so remove it")),
+    _reworded("analytics_plot_range_reworded", _plot_range, (
+        "Show me {v} from {a} to {b} in a {k} chart",
+        "From {a} until {b}, chart the {v} ({k})",
+        "Visualise {v} over {a} - {b} with a {k} plot")),
+    _reworded("pm_move_task_reworded", _pm_move, (
+        "'{t}' is in {l} now; update the task",
+        "Shift '{t}' along to the {l} column",
+        "Set the list of task '{t}' to {l}")),
+    _reworded("pm_reassign_task_reworded", _pm_reassign, (
+        "Pass '{t}' on to {f}",
+        "Let {f} take over the task '{t}'",
+        "Make {f} the assignee of '{t}'")),
+    _reworded("crm_update_status_reworded", _crm_status, (
+        "Change the CRM status of {c} to {s}",
+        "{c} has moved to the {s} stage",
+        "Record {c} as {s}")),
+    _reworded("crm_update_phone_reworded", _crm_phone, (
+        "{c} can now be reached at {v}", "Record {v} as the phone number of {c}",
+        "Replace the number we have for {c} with {v}")),
+)
+REWORDED_TEMPLATES = frozenset(template.__name__ for template in REWORDED)
+HELD_OUT_TEMPLATES = REWORDED_TEMPLATES | NOVEL_PAIR_TEMPLATES
+
 
 TEMPLATES: tuple[Callable[[random.Random, World], Draft | None], ...] = (
     email_send_lookup, email_reply_latest, email_forward_subject, email_delete_latest_from,
@@ -835,6 +937,7 @@ TEMPLATES: tuple[Callable[[random.Random, World], Draft | None], ...] = (
     crm_add_lookup, crm_update_status, crm_set_follow_up, crm_delete_customer, crm_reassign_batch,
     crm_stale_proposals_to_lost, crm_update_phone, crm_update_email, crm_add_note, crm_change_product,
     crm_reassign_customer, crm_log_contact,
+    *REWORDED,
 )
 
 

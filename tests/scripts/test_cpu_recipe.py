@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from environments.workplace.generator import NOVEL_PAIR_TEMPLATES, REWORDED_TEMPLATES
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-STAGES = ("baseline", "sft", "grpo", "sft_held_out", "grpo_held_out", "sft_validation", "grpo_validation")
+STAGES = ("baseline", "sft", "grpo", "sft_held_out", "grpo_held_out", "sft_validation", "grpo_validation",
+          "sft_novel_pairs", "grpo_novel_pairs")
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -32,8 +35,16 @@ def test_tiny_recipe_runs_every_stage_and_a_rerun_keeps_them(tmp_path):
     held_out = [json.loads(line) for line in (tmp_path / "grpo_held_out" / "events.jsonl").open()]
     assert sum(e["type"] == "trajectory" for e in held_out) == 8
     assert "after SFT + GRPO" in first.stdout and "held-out tasks: 8" in first.stdout
+    assert "novel pairs: 4" in first.stdout
+    novel = [json.loads(line) for line in (tmp_path / "tasks_novel_pairs.jsonl").open()]
+    held_templates = {json.loads(line)["metadata"]["template"] for line in (tmp_path / "tasks.jsonl").open()
+                      if json.loads(line)["split"] == "held_out"}
+    assert held_templates <= REWORDED_TEMPLATES
+    assert {t["metadata"]["template"] for t in novel} <= NOVEL_PAIR_TEMPLATES and len(novel) == 4
+    grpo_novel = [json.loads(line) for line in (tmp_path / "grpo_novel_pairs" / "events.jsonl").open()]
+    assert {e["task_id"] for e in grpo_novel if e["type"] == "trajectory"} == {t["id"] for t in novel}
     per_template = first.stdout.split("held-out template", 1)[1].splitlines()[1:]
-    assert sum(int(line.split()[-1]) for line in per_template if " / " in line) == 8
+    assert sum(int(line.split()[-1]) for line in per_template if " / " in line) == 8 + 4
 
     (tmp_path / "grpo_validation" / "events.jsonl").unlink()  # as if the last stage had died
     second = recipe(tmp_path)

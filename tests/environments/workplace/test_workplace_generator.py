@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -13,6 +14,8 @@ from environments.workplace.compare import changes
 from environments.workplace.generator import (
     CATEGORIES,
     HELD_OUT_TEMPLATES,
+    NOVEL_PAIR_TEMPLATES,
+    REWORDED_TEMPLATES,
     TEMPLATES,
     Draft,
     Effect,
@@ -84,9 +87,48 @@ def test_training_updates_several_fields_per_tool_and_never_the_held_out_ones(ta
     assert len(trained["customer_relationship_manager_update_customer"]) >= 7
     assert "duration" not in trained["calendar_update_event"]
     assert "due_date" not in trained["project_management_update_task"]
-    held_out = _updated_fields([t for t in tasks if t.metadata["template"] in HELD_OUT_TEMPLATES], {"held_out"})
+    held_out = _updated_fields([t for t in tasks if t.metadata["template"] in NOVEL_PAIR_TEMPLATES], {"held_out"})
     assert held_out["calendar_update_event"] == {"duration"}
     assert held_out["project_management_update_task"] == {"due_date"}
+
+
+def _actions(tasks) -> set[tuple[str, str | None]]:
+    """(tool, field) of every ground-truth call; field is None for tools without one."""
+    return {(c["name"], c["arguments"].get("field")) for t in tasks for c in t.ground_truth}
+
+
+_QUOTED = re.compile(r"'[^']*'")
+_VALUE = re.compile(r"\S*\d\S*|(?<=\s)[A-Z]\S*")
+
+
+def _frame(request: str) -> str:
+    """A request with its slot values taken out: quoted text, anything with a digit, and
+    capitalised words after the first (names, days, months, statuses, list names)."""
+    return " ".join(_VALUE.sub(" ", _QUOTED.sub(" ", request)).split())
+
+
+def test_reworded_templates_ask_for_trained_actions_in_wording_training_never_uses(tasks):
+    """The headline held-out split: a model that learned the actions, and not only the
+    sentences, can pass it. Novel-pair templates are the ones that write untrained fields."""
+    assert REWORDED_TEMPLATES | NOVEL_PAIR_TEMPLATES == HELD_OUT_TEMPLATES
+    assert not REWORDED_TEMPLATES & NOVEL_PAIR_TEMPLATES
+    reworded = [t for t in tasks if t.metadata["template"] in REWORDED_TEMPLATES]
+    trained = [t for t in tasks if t.split == "train"]
+    assert {t.metadata["template"] for t in reworded} == REWORDED_TEMPLATES
+    assert all(t.split == "held_out" for t in reworded)
+    assert _actions(reworded) <= _actions(trained)
+    assert len(_actions(reworded)) >= 6
+    train_frames = {_frame(t.messages[-1]["content"]) for t in trained}
+    reworded_frames = {_frame(t.messages[-1]["content"]) for t in reworded}
+    assert len(reworded_frames) >= 3 * len(REWORDED_TEMPLATES)
+    assert not reworded_frames & train_frames, sorted(reworded_frames & train_frames)[:5]
+
+
+def test_frame_keeps_the_wording_and_drops_the_values():
+    assert _frame("Call off the 'Sprint Demo' with Clara on June 20") == "Call off the with on"
+    assert _frame("Replace the number we have for Sam Ray with 302-687-7499") == \
+        "Replace the number we have for with"
+    assert _frame("Move 'X' to In Review") != _frame("Shift 'X' along to the In Review column")
 
 def test_every_ground_truth_changes_state_and_passes_the_verifier(tasks):
     base = seed_state()
