@@ -7,8 +7,8 @@ Tasks: workplace requests as one-call json_tool_call tasks (environments.json_to
 The held_out split keeps only tasks of the generator's reworded templates: trained actions
 asked for in request shapes never seen in training, --held-out of them. A second file holds
 --novel-pairs tasks of the novel-pair templates, which ask to write a field no training task
-writes; both checkpoints are evaluated on it too and it gets its own column. Every stage runs the real command,
-`python -m training run --config ... --out ...`, so each number here can be reproduced by
+writes; both checkpoints are evaluated on it too, in a column of its own. Every stage runs
+the real command, `python -m training run --config ... --out ...`, so each number here can be reproduced by
 hand from the configs written under --out. Prints a table of held-out success and wall time.
 Running it again with the same --out keeps the stages that finished (change a stage's settings:
 delete its folder, and those of the stages after it).
@@ -142,6 +142,13 @@ def tiny_model(out: Path) -> str:
     return str(folder)
 
 
+def _count(text: str) -> int:
+    """A task count for argparse: a whole number, zero or more."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of tasks (0 or more), got {text!r}")
+    return int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -150,9 +157,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-tasks", type=int, default=1000)
     parser.add_argument("--validation-tasks", type=int, default=50)
-    parser.add_argument("--held-out", type=int, default=200,
+    parser.add_argument("--held-out", type=_count, default=200,
                         help="held-out tasks of the reworded templates (the headline number)")
-    parser.add_argument("--novel-pairs", type=int, default=100,
+    parser.add_argument("--novel-pairs", type=_count, default=100,
                         help="held-out tasks of the novel-pair templates (0 skips those evals)")
     parser.add_argument("--sft-steps", type=int, default=60)
     parser.add_argument("--sft-lr", type=float, default=1e-3, help="SFT learning rate (LoRA)")
