@@ -184,6 +184,10 @@ def main() -> None:
     dataset, novel_dataset = args.out / "tasks.jsonl", args.out / "tasks_novel_pairs.jsonl"
     sizes = write_datasets(dataset, novel_dataset, args)
     print(f"tasks: {sizes}", flush=True)
+    for name, asked in (("held_out", args.held_out), ("novel_pairs", args.novel_pairs)):
+        if sizes[name] < asked:
+            print(f"warning: only {sizes[name]} {name} tasks could be generated for --seed {args.seed}, "
+                  f"not the {asked} asked for; the results cover those {sizes[name]}", flush=True)
     model = tiny_model(args.out) if args.tiny else args.model
     common = {
         "model": model, "dataset": str(dataset), "environment": "json_tool_call",
