@@ -200,6 +200,9 @@ def email_send_lookup(rng: random.Random, w: World) -> Draft | None:
         "Email {f} about '{s}': '{b}'",
         "Can you write to {f}? Subject: '{s}'. Message: '{b}'",
         "Please send {f} an email titled '{s}' that says '{b}'",
+        "Write an email to {f}. Subject '{s}', body '{b}'",
+        "Shoot {f} an email ('{s}') with the text '{b}'",
+        "{f} needs an email from me: subject '{s}', text '{b}'",
     ))
 
 
@@ -373,6 +376,9 @@ def calendar_reschedule(rng: random.Random, w: World) -> Draft | None:
     return _calendar_reschedule(rng, w, "calendar_reschedule", (
         "Move the '{n}' with {f} on {day} to {t}",
         "Reschedule my '{n}' meeting with {f} on {day} so it starts at {t}",
+        "Change the start time of the '{n}' with {f} on {day} to {t}",
+        "Can the '{n}' with {f} on {day} start at {t}? Update it",
+        "{t} works better for the '{n}' with {f} on {day}; move it there",
     ))
 
 
@@ -399,6 +405,9 @@ def _calendar_reschedule(rng: random.Random, w: World, template: str, phrasings:
 def calendar_cancel(rng: random.Random, w: World) -> Draft | None:
     return _calendar_cancel(rng, w, "calendar_cancel", (
         "Cancel the '{n}' with {f} on {day}", "Delete my '{n}' meeting with {f} on {day}",
+        "Remove the '{n}' with {f} on {day} from the calendar",
+        "The '{n}' with {f} on {day} is cancelled; delete it",
+        "Scrap my '{n}' with {f} on {day}",
     ))
 
 
@@ -494,6 +503,9 @@ def analytics_plot_range(rng: random.Random, w: World) -> Draft | None:
     return _plot_range(rng, w, "analytics_plot_range", (
         "Create a {k} chart of {v} from {a} to {b}", "Plot {v} between {a} and {b} as a {k} chart",
         "I need a {k} plot of {v} for {a} through {b}",
+        "Make a {k} graph showing {v} from {a} to {b}",
+        "Draw a {k} chart with {v} between {a} and {b}",
+        "{v} from {a} to {b}, please, as a {k} chart",
     ))
 
 
@@ -577,7 +589,8 @@ def _task_update(template: str, task: Row, column: str, value: str, request: str
 
 def pm_move_task(rng: random.Random, w: World) -> Draft | None:
     return _pm_move(rng, w, "pm_move_task", (
-        "Move '{t}' to {l}", "Put the task '{t}' in {l}", "Please move task '{t}' into the {l} list"))
+        "Move '{t}' to {l}", "Put the task '{t}' in {l}", "Please move task '{t}' into the {l} list",
+        "Task '{t}' belongs in {l}; move it", "Change the list of '{t}' to {l}", "Drag '{t}' over to {l}"))
 
 
 def _pm_move(rng: random.Random, w: World, template: str, phrasings: tuple[str, ...]) -> Draft | None:
@@ -592,7 +605,8 @@ def _pm_move(rng: random.Random, w: World, template: str, phrasings: tuple[str, 
 
 def pm_reassign_task(rng: random.Random, w: World) -> Draft | None:
     return _pm_reassign(rng, w, "pm_reassign_task", (
-        "Reassign '{t}' to {f}", "Give the task '{t}' to {f}", "{f} should own '{t}' from now on"))
+        "Reassign '{t}' to {f}", "Give the task '{t}' to {f}", "{f} should own '{t}' from now on",
+        "Assign '{t}' to {f} instead", "Hand the task '{t}' to {f}", "'{t}' is {f}'s job now; reassign it"))
 
 
 def _pm_reassign(rng: random.Random, w: World, template: str, phrasings: tuple[str, ...]) -> Draft | None:
@@ -708,7 +722,8 @@ def _customer_update(template: str, customer: Row, column: str, value: str, requ
 
 def crm_update_status(rng: random.Random, w: World) -> Draft | None:
     return _crm_status(rng, w, "crm_update_status", (
-        "Mark {c} as {s} in the CRM", "Update {c}'s status to {s}", "{c} is now {s}; update the CRM"))
+        "Mark {c} as {s} in the CRM", "Update {c}'s status to {s}", "{c} is now {s}; update the CRM",
+        "Set the status of {c} to {s}", "Change {c} to {s} in the CRM", "{c} should be listed as {s}"))
 
 
 def _crm_status(rng: random.Random, w: World, template: str, phrasings: tuple[str, ...]) -> Draft | None:
@@ -753,7 +768,8 @@ def _customer_field_update(
 def crm_update_phone(rng: random.Random, w: World) -> Draft | None:
     return _crm_phone(rng, w, "crm_update_phone", (
         "Update {c}'s phone number to {v}", "{c} has a new phone number: {v}. Save it in the CRM",
-        "Set the phone for {c} to {v}"))
+        "Set the phone for {c} to {v}", "Change the phone number for {c} to {v}",
+        "New number for {c}: {v}", "{c}'s phone is {v} now; update the record"))
 
 
 def _crm_phone(rng: random.Random, w: World, template: str, phrasings: tuple[str, ...]) -> Draft | None:
