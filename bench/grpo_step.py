@@ -18,8 +18,9 @@ The base model never writes the call format in 64 tokens, so from it both traine
 0 and the reward comparison says nothing; --init-checkpoint starts both from the same LoRA
 checkpoint (the CPU recipe's SFT stage writes one), where rewards vary within a group and
 the comparison of rewards after N steps means something. Each trainer's training reward is
-measured on the prompts it drew, so after training both policies are also evaluated greedily
-on the same --eval-tasks validation tasks: that is the like-for-like reward comparison.
+measured on the prompts it drew, so both policies are also evaluated greedily on the same
+--eval-tasks validation tasks after training, and the starting weights before it: that is
+the like-for-like reward comparison.
 """
 
 from __future__ import annotations
@@ -243,8 +244,8 @@ def evaluate_policy(model, tokenizer, tasks, bf16: bool) -> dict:
     return {"success_rate": metrics["success_rate"], "reward_mean": metrics["reward_mean"]}
 
 
-def print_evaluation(name: str, metrics: dict, n: int) -> None:
-    print(f"{name:<6} after training, greedy on {n} validation tasks: success "
+def print_evaluation(name: str, metrics: dict, n: int, when: str = "after training") -> None:
+    print(f"{name:<6} {when}, greedy on {n} validation tasks: success "
           f"{metrics['success_rate']:.1%}, mean reward {metrics['reward_mean']:.3f}")
 
 
@@ -276,6 +277,9 @@ def main() -> None:
         print("trl is not installed: measuring our trainer only. For the comparison run "
               "`pip install trl` in this environment and run the script again.")
     ours = Ours(tasks, args.tiny, args.lr, args.micro_batch, args.bf16, args.init_checkpoint)
+    # Both trainers start from the same weights: this is the starting point of either.
+    before = evaluate_policy(ours.trainer.job.model, ours.trainer.job.tokenizer, validation, args.bf16) \
+        if validation else None
     memory = {"ours": 0.0, "trl": 0.0}
     trl_rows: list[tuple[float, float, float]] = []
     if have_trl:
@@ -297,6 +301,7 @@ def main() -> None:
         print(f"ratio ours / trl (median s/step): {mine / theirs:.2f} (target <= 0.7)")
     if validation:
         tokenizer = ours.trainer.job.tokenizer
+        print_evaluation("start", before, len(validation), "before training (both)")
         print_evaluation("ours", evaluate_policy(ours.trainer.job.model, tokenizer, validation, args.bf16),
                          len(validation))
         if trl_rows:
