@@ -272,14 +272,18 @@ def main() -> None:
     generated = workplace_json_tasks(600, seed=0)
     tasks = [t for t in generated if t.split == "train"]
     validation = [t for t in generated if t.split == "validation"][: args.eval_tasks]
+    if len(validation) < args.eval_tasks:
+        print(f"note: the benchmark's task pool holds {len(validation)} validation tasks, so the "
+              f"evaluation uses {len(validation)}, not the {args.eval_tasks} asked for")
     have_trl = importlib.util.find_spec("trl") is not None
     if not have_trl:
         print("trl is not installed: measuring our trainer only. For the comparison run "
               "`pip install trl` in this environment and run the script again.")
     ours = Ours(tasks, args.tiny, args.lr, args.micro_batch, args.bf16, args.init_checkpoint)
     # Both trainers start from the same weights: this is the starting point of either.
-    before = evaluate_policy(ours.trainer.job.model, ours.trainer.job.tokenizer, validation, args.bf16) \
-        if validation else None
+    before = None
+    if validation:
+        before = evaluate_policy(ours.trainer.job.model, ours.trainer.job.tokenizer, validation, args.bf16)
     memory = {"ours": 0.0, "trl": 0.0}
     trl_rows: list[tuple[float, float, float]] = []
     if have_trl:
