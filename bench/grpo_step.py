@@ -20,7 +20,7 @@ checkpoint (the CPU recipe's SFT stage writes one), where rewards vary within a 
 the comparison of rewards after N steps means something. Each trainer's training reward is
 measured on the prompts it drew, so both policies are also evaluated greedily on the same
 --eval-tasks validation tasks after training, and the starting weights before it: that is
-the like-for-like reward comparison.
+the like-for-like reward comparison. --eval-tasks 0 skips the evaluations (a timing run).
 """
 
 from __future__ import annotations
@@ -249,6 +249,26 @@ def print_evaluation(name: str, metrics: dict, n: int, when: str = "after traini
           f"{metrics['success_rate']:.1%}, mean reward {metrics['reward_mean']:.3f}")
 
 
+def benchmark_tasks(eval_tasks: int) -> tuple[list, list]:
+    """Training prompts from 600 generated tasks, and eval_tasks validation tasks.
+
+    The generator's output for a larger count starts with its output for a smaller one, so
+    the training pool stays the one earlier measurements drew from, and the first 28
+    validation tasks are the ones they were evaluated on; more are generated for a larger
+    --eval-tasks (seen templates, never a training request)."""
+    train = [t for t in workplace_json_tasks(600, seed=0) if t.split == "train"]
+    generated = 600
+    while True:
+        validation = [t for t in workplace_json_tasks(generated, seed=0) if t.split == "validation"]
+        if len(validation) >= eval_tasks or generated >= 64_000:
+            break
+        generated *= 2
+    if len(validation) < eval_tasks:
+        raise SystemExit(f"--eval-tasks {eval_tasks}: the generator gave only {len(validation)} "
+                         "validation tasks; ask for fewer")
+    return train, validation[:eval_tasks]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="steps per trainer")
@@ -269,12 +289,7 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.bf16 = bf16_supported(device) if args.bf16 == "auto" else args.bf16 == "on"
     torch.manual_seed(0)
-    generated = workplace_json_tasks(600, seed=0)
-    tasks = [t for t in generated if t.split == "train"]
-    validation = [t for t in generated if t.split == "validation"][: args.eval_tasks]
-    if len(validation) < args.eval_tasks:
-        print(f"note: the benchmark's task pool holds {len(validation)} validation tasks, so the "
-              f"evaluation uses {len(validation)}, not the {args.eval_tasks} asked for")
+    tasks, validation = benchmark_tasks(args.eval_tasks)
     have_trl = importlib.util.find_spec("trl") is not None
     if not have_trl:
         print("trl is not installed: measuring our trainer only. For the comparison run "

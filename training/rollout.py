@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StaticCache
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from training.models import autocast_context
 
@@ -155,7 +156,7 @@ class _TokenLogprobRecorder(LogitsProcessor):
         return torch.stack(self.gathered, dim=1), self.finished_at.nan_to_num(elapsed)
 
 
-def _cache_kwarg(model: Any) -> str:
+def cache_kwarg(model: Any) -> str:
     """transformers renamed forward's `past_key_values` to `cache`; use whichever it takes."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return (
@@ -193,9 +194,9 @@ def padding_id(tokenizer: Any, model: Any = None) -> int:
 class HFGenerateEngine:
     """Batched `model.generate` with left padding, explicit masks and shared prompt prefill.
 
-    With n > 1 the prompts are encoded once: a forward pass fills the KV cache for the B
-    prompts, the cache is repeated n times, and generate continues from it, so the prompt is
-    not recomputed for each of the n samples.
+    The prompts are encoded once: a forward pass fills the KV cache for the B prompts, the
+    cache is copied n times into a preallocated cache, and generate continues from it, so the
+    prompt is not recomputed for each of the n samples and the cache never grows by copying.
     """
 
     def __init__(
@@ -249,8 +250,8 @@ class HFGenerateEngine:
         recorder = _TokenLogprobRecorder(params.logprob_temperature, self.stops, start)
         extra: dict[str, Any] = {}
         with autocast_context(self.device, self.autocast):
-            if n > 1 and self.share_prefill and ids.shape[1] > 1:
-                extra[_cache_kwarg(self.model)] = self._prefill(ids, mask, n)
+            if self._prefills(ids, n):
+                extra[cache_kwarg(self.model)] = self._prefill(ids, mask, n, params.max_new_tokens)
             out = self.model.generate(
                 input_ids=ids.repeat_interleave(n, dim=0),  # (B*n, L)
                 attention_mask=mask.repeat_interleave(n, dim=0),
@@ -263,11 +264,19 @@ class HFGenerateEngine:
         logprobs, seconds = recorder.finish(completions[:, -1])
         return completions, logprobs, seconds
 
-    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int) -> Any:
-        """The KV cache of all prompt tokens but the last, repeated n times per prompt.
+    def _prefills(self, ids: torch.Tensor, n: int) -> bool:
+        """Prefill ourselves when it saves work: n copies of a prompt, or a cache we can preallocate."""
+        if not self.share_prefill or ids.shape[1] < 2:
+            return False
+        return n > 1 or has_plain_kv_cache(self.model)
+
+    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int, max_new_tokens: int) -> Any:
+        """The KV cache of all prompt tokens but the last, n copies per prompt, preallocated.
 
         generate then feeds only the uncached last token, with positions computed from the
-        full attention mask exactly as here.
+        full attention mask exactly as here. The copies go into a StaticCache sized for the
+        whole completion: transformers' DynamicCache grows by concatenation, copying every
+        row's keys and values at every token, which on a CPU was over half of generation time.
         """
         head, head_mask = ids[:, :-1], mask[:, :-1]  # (B, L-1)
         out = self.model(
@@ -277,9 +286,11 @@ class HFGenerateEngine:
             use_cache=True,
             logits_to_keep=1,
         )
-        cache = getattr(out, "cache", None) or out.past_key_values
-        cache.batch_repeat_interleave(n)
-        return cache
+        prompt_cache = getattr(out, "cache", None) or out.past_key_values
+        if not has_plain_kv_cache(self.model):  # sliding windows, recurrent state: copy as is
+            prompt_cache.batch_repeat_interleave(n)
+            return prompt_cache
+        return _preallocated_copy(prompt_cache, self.model.config, n, ids.shape[1] + max_new_tokens)
 
     def _generation_config(self, params: SamplingParams) -> GenerationConfig:
         """Only what we ask for: no processors from the model's own generation config."""
@@ -327,6 +338,28 @@ class HFGenerateEngine:
                 )
             results.append(group)
         return results
+
+
+def has_plain_kv_cache(model: Any) -> bool:
+    """Whether every layer of `model` caches full-attention keys and values and nothing else.
+
+    Only then can a prompt's cache be copied into other rows or a preallocated cache and be
+    extended token by token; sliding-window layers keep a window and hybrid (Mamba) layers a
+    recurrent state, so those models take transformers' own path.
+    """
+    try:
+        layers = DynamicCache(config=model.config).layers
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return False
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def _preallocated_copy(cache: Any, config: Any, n: int, max_len: int) -> StaticCache:
+    """A StaticCache of max_len positions holding n consecutive copies of each row of `cache`."""
+    static = StaticCache(config=config, max_cache_len=max_len)
+    for index, layer in enumerate(cache.layers):
+        static.update(layer.keys.repeat_interleave(n, dim=0), layer.values.repeat_interleave(n, dim=0), index)
+    return static
 
 
 @contextlib.contextmanager

@@ -32,6 +32,24 @@ def tiny_model(tokenizer):
 
 
 @pytest.fixture(scope="session")
+def sliding_window_model(tokenizer):
+    """A tiny random Mistral whose 4-token attention window is shorter than the prompts.
+
+    Its cache keeps a window, not every key and value, so code that copies or extends caches
+    must leave it to transformers. Read-only."""
+    import torch
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           sliding_window=4, eos_token_id=tokenizer.eos_token_id,
+                           pad_token_id=tokenizer.pad_token_id)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return MistralForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(tokenizer, tmp_path_factory):
     """The tiny Llama and its tokenizer saved as a model folder (a run config's 'model')."""
     folder = tmp_path_factory.mktemp("tiny-llama")

@@ -160,6 +160,78 @@ def test_completion_logprobs_match_a_full_forward_per_sequence(tokenizer):
         assert packed["completion_mask"][row].sum() == len(e.completion_ids)
 
 
+def _grouped_episodes(tokenizer, completion_lengths):
+    """Two groups of samples, each group on one prompt (of different lengths), like GRPO's G."""
+    prompts = [tokenizer.encode(text, add_special_tokens=False)
+               for text in ("hello there, how are you today", "pick a word")]
+    episodes = []
+    for p, prompt in enumerate(prompts):
+        for i, n in enumerate(completion_lengths):
+            ids = [200 + 7 * p + i + k for k in range(n)]
+            mask = [1] * n
+            if n > 3:
+                mask[1:3] = [0, 0]  # tool output inside the completion: scored, not trained
+            episodes.append(Episode(task=Task(id=f"g{p}-{i}", messages=[]), group=p,
+                                    trajectory=None, prompt_ids=list(prompt), completion_ids=ids,
+                                    completion_mask=mask, completion_logprobs=[0.0] * n))
+    return episodes
+
+
+def _scored(model, episodes, pad_id, share_prompts):
+    """Log-probs and the gradient of a weighted sum of them, for every parameter."""
+    model.zero_grad()
+    packed = pack(episodes, pad_id, torch.device("cpu"), share_prompts=share_prompts)
+    logp, _ = completion_logprobs(model, packed, temperature=0.8)
+    weights = torch.linspace(-1.0, 1.0, logp.numel()).reshape(logp.shape)
+    (logp * packed["completion_mask"] * weights).sum().backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return logp.detach() * packed["completion_mask"], grads
+
+
+def test_shared_prompts_give_the_log_probs_and_gradients_of_full_sequences(tokenizer):
+    model = tiny_llama(tokenizer, seed=4)
+    for lengths in ([1, 5, 3, 6], [1, 1, 1]):  # the second: no completion forward at all
+        episodes = _grouped_episodes(tokenizer, lengths)
+        packed = pack(episodes, tokenizer.pad_token_id, torch.device("cpu"))
+        assert packed["prompt_ids"].shape[0] == 2
+        assert packed["prompt_index"].tolist() == [0] * len(lengths) + [1] * len(lengths)
+        shared, shared_grads = _scored(model, episodes, tokenizer.pad_token_id, True)
+        full, full_grads = _scored(model, episodes, tokenizer.pad_token_id, False)
+        assert torch.allclose(shared, full, atol=1e-5), lengths
+        assert shared_grads.keys() == full_grads.keys()
+        assert "model.embed_tokens.weight" in shared_grads  # the prompt's activations get gradient
+        for name, grad in full_grads.items():
+            assert grad.abs().sum() > 0, name
+            gap = (shared_grads[name] - grad).norm() / grad.norm()  # fp32 summation order differs
+            assert gap < 1e-4, (lengths, name, float(gap))
+
+
+def test_shared_prompts_are_run_once_per_micro_batch(tokenizer):
+    model = tiny_llama(tokenizer, seed=4)
+    seen: list[tuple[int, ...]] = []
+    model.model.embed_tokens.register_forward_hook(lambda _m, args, _out: seen.append(tuple(args[0].shape)))
+    episodes = _grouped_episodes(tokenizer, [2, 5, 3, 6])
+    packed = pack(episodes, tokenizer.pad_token_id, torch.device("cpu"))
+    width_p, width_c = packed["prompt_ids"].shape[1], packed["completion_ids"].shape[1]
+    completion_logprobs(model, packed, temperature=1.0)
+    assert seen == [(2, width_p), (8, width_c - 1)]  # 2 prompts, then 8 completions on their cache
+    seen.clear()
+    completion_logprobs(model, pack(episodes, tokenizer.pad_token_id, torch.device("cpu"),
+                                    share_prompts=False), temperature=1.0)
+    assert seen == [(8, width_p + width_c)]
+
+
+def test_models_without_a_plain_kv_cache_score_every_row_in_full(tokenizer, sliding_window_model):
+    model = sliding_window_model
+    seen: list[tuple[int, ...]] = []
+    model.model.embed_tokens.register_forward_hook(lambda _m, args, _out: seen.append(tuple(args[0].shape)))
+    episodes = _grouped_episodes(tokenizer, [2, 5, 3, 6])
+    packed = pack(episodes, tokenizer.pad_token_id, torch.device("cpu"))
+    logp, _ = completion_logprobs(model, packed, temperature=1.0)
+    assert seen == [(8, packed["input_ids"].shape[1])]
+    assert torch.isfinite(logp).all()
+
+
 def _gradient(tokenizer, run_dir, micro_batch_size, loss_type="dapo"):
     cfg = grpo_config(micro_batch_size=micro_batch_size, num_prompts_per_step=1,
                       loss_type=loss_type, adapter="full")

@@ -12,6 +12,7 @@ from training.rollout import (
     HFGenerateEngine,
     SamplingParams,
     cut_at_stop,
+    has_plain_kv_cache,
     left_pad,
     stop_token_ids,
 )
@@ -96,14 +97,28 @@ def test_logprobs_match_teacher_forcing_with_left_padding(tokenizer, tiny_model,
             torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-4, rtol=0)
 
 
-def test_shared_prefill_samples_the_same_tokens(tokenizer, tiny_model):
-    params = SamplingParams(temperature=1.0, max_new_tokens=6, n=3, seed=5)
+@pytest.mark.parametrize("n", [1, 3])
+def test_shared_prefill_samples_the_same_tokens(tokenizer, tiny_model, n):
+    """Our prefill (n copies in a preallocated cache) changes no sample, for n = 1 too."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, n=n, seed=5)
     shared = HFGenerateEngine(tiny_model, tokenizer, share_prefill=True).generate(PROMPTS, params)
     plain = HFGenerateEngine(tiny_model, tokenizer, share_prefill=False).generate(PROMPTS, params)
     assert [[g.completion_ids for g in group] for group in shared] == [
         [g.completion_ids for g in group] for group in plain
     ]
-    assert len({tuple(g.completion_ids) for g in shared[1]}) > 1  # n samples really differ
+    if n > 1:
+        assert len({tuple(g.completion_ids) for g in shared[1]}) > 1  # n samples really differ
+
+
+def test_sliding_window_models_keep_transformers_cache_and_sample_the_same(tokenizer, sliding_window_model):
+    model = sliding_window_model
+    assert not has_plain_kv_cache(model) and has_plain_kv_cache(tiny_llama(tokenizer))
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, n=2, seed=5)
+    shared = HFGenerateEngine(model, tokenizer, share_prefill=True).generate(PROMPTS, params)
+    plain = HFGenerateEngine(model, tokenizer, share_prefill=False).generate(PROMPTS, params)
+    assert [[g.completion_ids for g in group] for group in shared] == [
+        [g.completion_ids for g in group] for group in plain
+    ]
 
 
 def test_greedy_is_the_argmax_path_and_ignores_n(tokenizer, tiny_model):
