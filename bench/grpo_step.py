@@ -286,6 +286,8 @@ def main() -> None:
                         help="after training, evaluate both policies greedily on this many validation "
                              "tasks (the same ones); 0: skip")
     args = parser.parse_args()
+    if args.eval_tasks < 0:
+        parser.error(f"--eval-tasks must be 0 (no evaluation) or more, got {args.eval_tasks}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.bf16 = bf16_supported(device) if args.bf16 == "auto" else args.bf16 == "on"
     torch.manual_seed(0)

@@ -174,9 +174,8 @@ def pack(
         ids[row, width_p : width_p + c] = torch.tensor(e.completion_ids)
         attention[row, width_p - p : width_p + c] = 1
         completion_mask[row, :c] = torch.tensor(e.completion_mask, dtype=torch.float32)
-    prompt_index = _prompt_rows(episodes) if share_prompts else list(range(b))
-    first_row = {u: prompt_index.index(u) for u in range(max(prompt_index) + 1)}
-    rows = torch.tensor([first_row[u] for u in sorted(first_row)])
+    prompt_index, first_rows = _distinct_prompts(episodes) if share_prompts else (list(range(b)), list(range(b)))
+    rows = torch.tensor(first_rows)
     return {
         "input_ids": ids.to(device),  # (b, P+C)
         "attention_mask": attention.to(device),  # (b, P+C)
@@ -189,10 +188,18 @@ def pack(
     }
 
 
-def _prompt_rows(episodes: Sequence[Episode]) -> list[int]:
-    """For each sequence, the index of its prompt among the distinct prompts, in order."""
+def _distinct_prompts(episodes: Sequence[Episode]) -> tuple[list[int], list[int]]:
+    """Each sequence's index among the distinct prompts, and the first row of each of those."""
     seen: dict[tuple[int, ...], int] = {}
-    return [seen.setdefault(tuple(e.prompt_ids), len(seen)) for e in episodes]
+    first_rows: list[int] = []
+    index = []
+    for row, e in enumerate(episodes):
+        key = tuple(e.prompt_ids)
+        if key not in seen:
+            seen[key] = len(first_rows)
+            first_rows.append(row)
+        index.append(seen[key])
+    return index, first_rows
 
 
 def completion_logprobs(
