@@ -84,11 +84,15 @@ def load(tiny: bool, init_checkpoint: str | None = None):
     if init_checkpoint is None:
         return model, tokenizer
     if not is_adapter_checkpoint(Path(init_checkpoint)):
-        raise SystemExit(f"--init-checkpoint {init_checkpoint} holds no LoRA adapters "
-                         f"({ADAPTER_CONFIG}); pick RUN_DIR/checkpoints/step_N of a LoRA run")
+        raise SystemExit(no_adapters("--init-checkpoint", init_checkpoint))
     from peft import PeftModel
 
     return PeftModel.from_pretrained(model, init_checkpoint, is_trainable=True), tokenizer
+
+
+def no_adapters(option: str, folder: str) -> str:
+    return (f"{option} {folder} holds no LoRA adapters ({ADAPTER_CONFIG}); give a folder written "
+            "by --save-adapters or a LoRA run's RUN_DIR/checkpoints/step_N")
 
 
 class Ours:
@@ -126,8 +130,9 @@ class Ours:
 class Trl:
     """TRL's GRPOTrainer on the same prompts and reward, timed per step with a callback.
 
-    One TRL trainer runs all its steps; every `block` steps a callback hands the process
-    to our trainer for a block of its own, so the two alternate under the same load.
+    One TRL trainer runs all its steps; every `block` steps (and after its last step) a
+    callback hands the process to our trainer for as many steps, so the two alternate under
+    the same load and both run `steps` steps whatever the block size.
     """
 
     def __init__(
@@ -155,6 +160,7 @@ class Trl:
         self.rows: list[list[float]] = []  # [seconds, generated tokens, reward] per step
         self.ours_rows: list[tuple[float, float, float]] = []
         self.memory = {"ours": 0.0, "trl": 0.0}
+        self.ours, self.steps, self.save_dir = ours, steps, save_dir
         bench = self
 
         class TimeAndAlternate(TrainerCallback):
@@ -171,14 +177,9 @@ class Trl:
                 if len(bench.rows) > 1:  # TRL logs a step's reward after its step_end
                     print_step("trl", len(bench.rows) - 1, bench.rows[-2])
                 bench.memory["trl"] = max(bench.memory["trl"], peak_memory_mb())
-                if state.global_step % block == 0:
-                    reset_peak_memory()
-                    bench.ours_rows += ours.steps(block)
-                    bench.memory["ours"] = max(bench.memory["ours"], peak_memory_mb())
-                    reset_peak_memory()
-                    if save_dir is not None:
-                        save_adapters(kwargs["model"], save_dir / f"trl_step_{state.global_step}")
-                        save_adapters(ours.trainer.job.model, save_dir / f"ours_step_{ours.step_number}")
+                if state.global_step % block == 0 or state.global_step == steps:
+                    bench.hand_over(min(block, steps - len(bench.ours_rows)), kwargs["model"],
+                                    state.global_step)
 
         self.trainer = TRLGRPOTrainer(
             model=model,
@@ -202,6 +203,16 @@ class Trl:
                 r=LORA_R, lora_alpha=2 * LORA_R, target_modules="all-linear", task_type="CAUSAL_LM"),
             callbacks=[TimeAndAlternate()],
         )
+
+    def hand_over(self, n: int, trl_model, trl_step: int) -> None:
+        """Our trainer's next n steps, with its own peak memory, then both policies saved."""
+        reset_peak_memory()
+        self.ours_rows += self.ours.steps(n)
+        self.memory["ours"] = max(self.memory["ours"], peak_memory_mb())
+        reset_peak_memory()
+        if self.save_dir is not None:
+            save_adapters(trl_model, self.save_dir / f"trl_step_{trl_step}")
+            save_adapters(self.ours.trainer.job.model, self.save_dir / f"ours_step_{self.ours.step_number}")
 
     def run(self) -> None:
         self.trainer.train()
@@ -316,15 +327,24 @@ def main() -> None:
     parser.add_argument("--evaluate-adapters", nargs="+", default=None, metavar="DIR",
                         help="train nothing: evaluate these saved adapter folders greedily on the "
                              "--eval-tasks validation tasks and exit")
+    parser.add_argument("--ours-only", action="store_true",
+                        help="time our trainer only, even where trl is installed (TRL's side takes "
+                             "about five times as long on a CPU)")
     args = parser.parse_args()
     if args.eval_tasks < 0:
         parser.error(f"--eval-tasks must be 0 (no evaluation) or more, got {args.eval_tasks}")
     if args.evaluate_adapters and args.eval_tasks == 0:
         parser.error("--evaluate-adapters needs validation tasks: give --eval-tasks 1 or more")
-    for folder in args.evaluate_adapters or []:
+    folders = [("--init-checkpoint", args.init_checkpoint)] if args.init_checkpoint else []
+    folders += [("--evaluate-adapters", folder) for folder in args.evaluate_adapters or []]
+    for option, folder in folders:  # before minutes of model loading, not after
         if not is_adapter_checkpoint(Path(folder)):
-            parser.error(f"--evaluate-adapters {folder} holds no LoRA adapters ({ADAPTER_CONFIG}); "
-                         "give folders written by --save-adapters or a LoRA run's checkpoints/step_N")
+            parser.error(no_adapters(option, folder))
+    if args.save_adapters is not None and args.save_adapters.exists() and any(args.save_adapters.iterdir()):
+        parser.error(f"--save-adapters {args.save_adapters} is not empty; give a new folder, so that "
+                     "one run's adapters are not mixed with another's")
+    if args.steps < 1 or args.block < 1:
+        parser.error(f"--steps and --block must be 1 or more, got {args.steps} and {args.block}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.bf16 = bf16_supported(device) if args.bf16 == "auto" else args.bf16 == "on"
     torch.manual_seed(0)
@@ -332,8 +352,8 @@ def main() -> None:
     if args.evaluate_adapters:
         evaluate_saved_adapters(args.evaluate_adapters, args.tiny, validation, args.bf16)
         return
-    have_trl = importlib.util.find_spec("trl") is not None
-    if not have_trl:
+    have_trl = not args.ours_only and importlib.util.find_spec("trl") is not None
+    if not have_trl and not args.ours_only:
         print("trl is not installed: measuring our trainer only. For the comparison run "
               "`pip install trl` in this environment and run the script again.")
     ours = Ours(tasks, args.tiny, args.lr, args.micro_batch, args.bf16, args.init_checkpoint)
@@ -350,10 +370,12 @@ def main() -> None:
         ours_rows, memory = trl.ours_rows, trl.memory
         trl_rows = [tuple(r) for r in trl.rows]
     else:
-        ours_rows = ours.steps(args.steps)
+        ours_rows = []
+        while len(ours_rows) < args.steps:
+            ours_rows += ours.steps(min(args.block, args.steps - len(ours_rows)))
+            if args.save_adapters is not None:
+                save_adapters(ours.trainer.job.model, args.save_adapters / f"ours_step_{ours.step_number}")
         memory["ours"] = peak_memory_mb()
-        if args.save_adapters is not None:
-            save_adapters(ours.trainer.job.model, args.save_adapters / f"ours_step_{ours.step_number}")
     print(f"device: {'cuda' if torch.cuda.is_available() else 'cpu'}, {PROMPTS} prompts x "
           f"{GENERATIONS} generations, max_completion_length {COMPLETION}, LoRA r {LORA_R}, beta 0, "
           f"micro-batch {args.micro_batch}, bf16 {'on' if args.bf16 else 'off'}, "

