@@ -77,27 +77,20 @@ def test_saved_adapters_load_back_with_the_trained_weights_and_evaluate(grpo_ste
     assert line.startswith("ours_step_1 saved adapters, greedy on 2 validation tasks: success ")
 
 
-def test_evaluate_adapters_refuses_a_folder_without_adapters(tmp_path):
+@pytest.mark.parametrize("option, holds_a_run, message", [
+    ("--evaluate-adapters", False, "holds no LoRA adapters"),
+    ("--save-adapters", True, "is not empty"),
+])
+def test_bad_adapter_folders_are_refused_before_any_model_loads(tmp_path, option, holds_a_run, message):
     import subprocess
 
+    if holds_a_run:
+        (tmp_path / "ours_step_5").mkdir()
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tiny", "--evaluate-adapters", str(tmp_path)],
-        capture_output=True, text=True,
+        [sys.executable, str(SCRIPT), "--tiny", option, str(tmp_path)], capture_output=True, text=True,
     )
     assert result.returncode == 2
-    assert f"--evaluate-adapters {tmp_path} holds no LoRA adapters" in result.stderr
-
-
-def test_save_adapters_refuses_a_folder_that_already_holds_a_run(tmp_path):
-    import subprocess
-
-    (tmp_path / "ours_step_5").mkdir()
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tiny", "--save-adapters", str(tmp_path)],
-        capture_output=True, text=True,
-    )
-    assert result.returncode == 2
-    assert f"--save-adapters {tmp_path} is not empty" in result.stderr
+    assert f"{option} {tmp_path} {message}" in result.stderr
 
 
 def test_our_trainer_alone_saves_its_adapters_after_every_block(tmp_path):
