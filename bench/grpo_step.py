@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import resource
 import statistics
 import sys
@@ -98,6 +99,7 @@ def no_adapters(option: str, folder: str) -> str:
 class Ours:
     def __init__(
         self, tasks, tiny: bool, lr: float, micro_batch: int, bf16: bool, init: str | None = None,
+        seed: int = 0,
     ) -> None:
         model, tokenizer = load(tiny, init)
         cfg = validate_run_config({
@@ -105,7 +107,7 @@ class Ours:
             "num_prompts_per_step": PROMPTS, "num_generations_per_prompt": GENERATIONS,
             "max_completion_length": COMPLETION, "beta": 0.0, "learning_rate": lr,
             "lr_scheduler": "constant", "eval_interval": 0, "checkpoint_interval": 0,
-            "micro_batch_size": micro_batch, "max_steps": 10_000, "bf16": bf16,
+            "micro_batch_size": micro_batch, "max_steps": 10_000, "bf16": bf16, "seed": seed,
         })
         self.run_dir = tempfile.mkdtemp(prefix="bench-ours-")
         self.events = EventWriter(self.run_dir)
@@ -138,6 +140,7 @@ class Trl:
     def __init__(
         self, tasks, tiny: bool, lr: float, steps: int, block: int, ours: Ours,
         micro_batch: int, bf16: bool, init: str | None = None, save_dir: Path | None = None,
+        seed: int = 0,
     ) -> None:
         from datasets import Dataset
         from peft import LoraConfig
@@ -191,7 +194,7 @@ class Trl:
                 num_generations=GENERATIONS,
                 max_completion_length=COMPLETION, beta=0.0, learning_rate=lr, logging_steps=1,
                 report_to=[], save_strategy="no", use_cpu=not torch.cuda.is_available(),
-                lr_scheduler_type="constant", bf16=bf16,
+                lr_scheduler_type="constant", bf16=bf16, seed=seed,
                 # TRL turns activation checkpointing on by default; micro-batches of 8 fit
                 # without it, and it costs ~30% of a step, so TRL is timed at its fastest.
                 gradient_checkpointing=False,
@@ -227,12 +230,18 @@ def save_adapters(model, folder: Path) -> None:
 
 
 def evaluate_saved_adapters(folders: list[str], tiny: bool, validation, bf16: bool) -> None:
-    """Greedy eval of saved adapters on the bench's validation tasks, one line each."""
+    """Greedy eval of saved adapters on the bench's validation tasks, one line each, then each
+    folder after the first compared with the first task by task."""
+    results = []
     for folder in folders:
         model, tokenizer = load(tiny, folder)
-        print_evaluation(Path(folder).name, evaluate_policy(model, tokenizer, validation, bf16),
-                         len(validation), "saved adapters")
+        metrics = evaluate_policy(model, tokenizer, validation, bf16)
+        print_evaluation(Path(folder).name, metrics, len(validation), "saved adapters")
+        results.append((Path(folder).name, metrics))
         del model
+    (first, baseline), *others = results
+    for name, metrics in others:
+        print_comparison(name, metrics, first, baseline)
 
 
 def reset_peak_memory() -> None:
@@ -263,8 +272,22 @@ def summary(name: str, rows: list[tuple[float, float, float]], memory: float) ->
     return seconds
 
 
+class _Outcomes:
+    """Takes evaluate()'s trajectory events and keeps whether each task passed."""
+
+    def __init__(self) -> None:
+        self.passed: dict[str, bool] = {}
+
+    def trajectory(self, **fields) -> None:
+        self.passed[fields["task_id"]] = bool(fields["passed"])
+
+    def metric(self, *args, **kwargs) -> None:
+        pass
+
+
 def evaluate_policy(model, tokenizer, tasks, bf16: bool) -> dict:
-    """Greedy success and mean reward of a trained policy on fixed tasks, the same for both.
+    """Greedy success and mean reward of a trained policy on fixed tasks, the same for both,
+    and which tasks it solved (for the paired comparison of two policies).
 
     Training rewards are measured on whatever prompts each trainer drew, so they say little
     about which policy is better; this is the like-for-like "reward after N steps"."""
@@ -275,14 +298,38 @@ def evaluate_policy(model, tokenizer, tasks, bf16: bool) -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.eval()
     engine = HFGenerateEngine(model, tokenizer, device, autocast=bf16)
+    outcomes = _Outcomes()
     metrics = evaluate(engine, tokenizer, JsonToolCallEnvironment(), JsonToolCallVerifier(), tasks,
-                       EvalSettings(max_new_tokens=COMPLETION), agent=AgentLoopConfig(max_turns=1))
-    return {"success_rate": metrics["success_rate"], "reward_mean": metrics["reward_mean"]}
+                       EvalSettings(max_new_tokens=COMPLETION), agent=AgentLoopConfig(max_turns=1),
+                       events=outcomes)
+    return {"success_rate": metrics["success_rate"], "reward_mean": metrics["reward_mean"],
+            "passed": [outcomes.passed[t.id] for t in tasks]}
 
 
 def print_evaluation(name: str, metrics: dict, n: int, when: str = "after training") -> None:
+    solved = "".join("1" if p else "0" for p in metrics["passed"])
     print(f"{name:<6} {when}, greedy on {n} validation tasks: success "
-          f"{metrics['success_rate']:.1%}, mean reward {metrics['reward_mean']:.3f}")
+          f"{metrics['success_rate']:.1%}, mean reward {metrics['reward_mean']:.3f}, "
+          f"solved (task order) {solved}")
+
+
+def mcnemar_exact(gained: int, lost: int) -> float:
+    """Two-sided exact McNemar p-value: the chance of a split at least this uneven between
+    the tasks one policy gained and lost against another, if either were equally likely."""
+    n = gained + lost
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(gained, lost) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def print_comparison(name: str, metrics: dict, against: str, other: dict) -> None:
+    """Tasks `name` solves that `against` does not (gained) and the reverse (lost)."""
+    pairs = list(zip(metrics["passed"], other["passed"], strict=True))
+    gained = sum(mine and not theirs for mine, theirs in pairs)
+    lost = sum(theirs and not mine for mine, theirs in pairs)
+    print(f"{name} vs {against}: gained {gained}, lost {lost} of {len(pairs)} tasks, "
+          f"McNemar exact p = {mcnemar_exact(gained, lost):.3g}")
 
 
 def benchmark_tasks(eval_tasks: int) -> tuple[list, list]:
@@ -327,6 +374,9 @@ def main() -> None:
     parser.add_argument("--evaluate-adapters", nargs="+", default=None, metavar="DIR",
                         help="train nothing: evaluate these saved adapter folders greedily on the "
                              "--eval-tasks validation tasks and exit")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of both trainers' sampling, prompt order and initial RNG (repeat a "
+                             "run with other seeds to see how much one run's reward says)")
     parser.add_argument("--ours-only", action="store_true",
                         help="time our trainer only, even where trl is installed (TRL's side takes "
                              "about five times as long on a CPU)")
@@ -347,7 +397,7 @@ def main() -> None:
         parser.error(f"--steps and --block must be 1 or more, got {args.steps} and {args.block}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.bf16 = bf16_supported(device) if args.bf16 == "auto" else args.bf16 == "on"
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     tasks, validation = benchmark_tasks(args.eval_tasks)
     if args.evaluate_adapters:
         evaluate_saved_adapters(args.evaluate_adapters, args.tiny, validation, args.bf16)
@@ -356,7 +406,7 @@ def main() -> None:
     if not have_trl and not args.ours_only:
         print("trl is not installed: measuring our trainer only. For the comparison run "
               "`pip install trl` in this environment and run the script again.")
-    ours = Ours(tasks, args.tiny, args.lr, args.micro_batch, args.bf16, args.init_checkpoint)
+    ours = Ours(tasks, args.tiny, args.lr, args.micro_batch, args.bf16, args.init_checkpoint, args.seed)
     # Both trainers start from the same weights: this is the starting point of either.
     before = None
     if validation:
@@ -365,7 +415,7 @@ def main() -> None:
     trl_rows: list[tuple[float, float, float]] = []
     if have_trl:
         trl = Trl(tasks, args.tiny, args.lr, args.steps, args.block, ours, args.micro_batch, args.bf16,
-                  args.init_checkpoint, args.save_adapters)
+                  args.init_checkpoint, args.save_adapters, args.seed)
         trl.run()
         ours_rows, memory = trl.ours_rows, trl.memory
         trl_rows = [tuple(r) for r in trl.rows]
@@ -378,7 +428,7 @@ def main() -> None:
         memory["ours"] = peak_memory_mb()
     print(f"device: {'cuda' if torch.cuda.is_available() else 'cpu'}, {PROMPTS} prompts x "
           f"{GENERATIONS} generations, max_completion_length {COMPLETION}, LoRA r {LORA_R}, beta 0, "
-          f"micro-batch {args.micro_batch}, bf16 {'on' if args.bf16 else 'off'}, "
+          f"micro-batch {args.micro_batch}, bf16 {'on' if args.bf16 else 'off'}, seed {args.seed}, "
           f"from {args.init_checkpoint or 'the base model with fresh adapters'}")
     mine = summary("ours", ours_rows, memory["ours"])
     if trl_rows:
@@ -387,11 +437,15 @@ def main() -> None:
     if validation:
         tokenizer = ours.trainer.job.tokenizer
         print_evaluation("start", before, len(validation), "before training (both)")
-        print_evaluation("ours", evaluate_policy(ours.trainer.job.model, tokenizer, validation, args.bf16),
-                         len(validation))
+        after = {"ours": evaluate_policy(ours.trainer.job.model, tokenizer, validation, args.bf16)}
         if trl_rows:
-            print_evaluation("trl", evaluate_policy(trl.trainer.model, tokenizer, validation, args.bf16),
-                             len(validation))
+            after["trl"] = evaluate_policy(trl.trainer.model, tokenizer, validation, args.bf16)
+        for name, metrics in after.items():
+            print_evaluation(name, metrics, len(validation))
+        for name, metrics in after.items():
+            print_comparison(name, metrics, "start", before)
+        if trl_rows:
+            print_comparison("ours", after["ours"], "trl", after["trl"])
     if not torch.cuda.is_available():
         print("note: on CPU peak memory is the process's peak RSS, shared by both trainers")
 

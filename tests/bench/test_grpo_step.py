@@ -72,9 +72,33 @@ def test_saved_adapters_load_back_with_the_trained_weights_and_evaluate(grpo_ste
     assert all(p.requires_grad for p in reloaded.values())  # also an --init-checkpoint to train on
 
     capsys.readouterr()
-    grpo_step.evaluate_saved_adapters([str(folder)], True, validation, False)
-    line = capsys.readouterr().out.strip().splitlines()[-1]
-    assert line.startswith("ours_step_1 saved adapters, greedy on 2 validation tasks: success ")
+    grpo_step.evaluate_saved_adapters([str(folder), str(folder)], True, validation, False)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-3].startswith("ours_step_1 saved adapters, greedy on 2 validation tasks: success ")
+    solved = lines[-3].rsplit("solved (task order) ", 1)[1]
+    assert len(solved) == 2 and set(solved) <= {"0", "1"}
+    # The same adapters twice: greedy decoding gives the same outcome on every task.
+    assert lines[-1] == "ours_step_1 vs ours_step_1: gained 0, lost 0 of 2 tasks, McNemar exact p = 1"
+
+
+@pytest.mark.parametrize("gained, lost, p", [
+    (33, 7, 4.2277e-05),  # the README's recipe: GRPO against SFT on 200 held-out tasks
+    (23, 7, 5.2229e-03),
+    (9, 2, 0.0654297),
+    (2, 9, 0.0654297),  # symmetric
+    (1, 0, 1.0),  # capped at 1
+    (0, 0, 1.0),  # no discordant task: nothing to tell apart
+])
+def test_mcnemar_exact_p_values(grpo_step, gained, lost, p):
+    assert grpo_step.mcnemar_exact(gained, lost) == pytest.approx(p, rel=1e-4)
+
+
+def test_the_paired_comparison_counts_the_tasks_each_side_alone_solved(grpo_step, capsys):
+    ours = {"passed": [True, True, False, False, True]}
+    start = {"passed": [False, True, True, False, False]}
+    grpo_step.print_comparison("ours", ours, "start", start)
+    assert capsys.readouterr().out.strip() == (
+        "ours vs start: gained 2, lost 1 of 5 tasks, McNemar exact p = 1")
 
 
 @pytest.mark.parametrize("option, holds_a_run, message", [
