@@ -29,10 +29,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from grpo_step import GENERATIONS, Ours, benchmark_tasks  # noqa: E402
+from grpo_step import GENERATIONS, Ours, benchmark_tasks, no_adapters  # noqa: E402
 
 from training.grpo import completion_logprobs, pack  # noqa: E402
 from training.losses import policy_loss  # noqa: E402
+from training.models import autocast_context  # noqa: E402
+from training.runner import is_adapter_checkpoint  # noqa: E402
 
 # fp32: rounding differences between a cached and a full forward are ~1e-5 in log-prob.
 TOLERANCE = {False: {"logp": 1e-3, "grad": 1e-3}, True: {"logp": 0.1, "grad": 0.05}}
@@ -53,14 +55,13 @@ def lora_gradient(model) -> torch.Tensor:
 
 def check_group(model, episodes, pad_id: int, bf16: bool) -> dict[str, float]:
     """Log-prob gaps of both update paths against generation, and their gradient difference."""
-    from training.models import autocast_context
-
-    advantages = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(len(episodes))])
+    device = next(model.parameters()).device  # the job's device: a GPU where there is one
+    advantages = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(len(episodes))], device=device)
     gaps, gradients = {}, {}
     for share in (True, False):
         model.zero_grad(set_to_none=True)
-        packed = pack(episodes, pad_id, torch.device("cpu"), share_prompts=share)
-        with autocast_context(torch.device("cpu"), bf16):
+        packed = pack(episodes, pad_id, device, share_prompts=share)
+        with autocast_context(device, bf16):
             logp, _ = completion_logprobs(model, packed, 1.0)
         mask = packed["completion_mask"]
         gap = (logp.detach() - generation_logprobs(episodes, logp.detach())).abs() * mask
@@ -86,6 +87,8 @@ def main() -> None:
     parser.add_argument("--bf16", choices=("on", "off"), default="off",
                         help="bf16 autocast for generation and scoring (looser tolerance)")
     args = parser.parse_args()
+    if args.init_checkpoint and not is_adapter_checkpoint(Path(args.init_checkpoint)):
+        parser.error(no_adapters("--init-checkpoint", args.init_checkpoint))  # before the model loads
     bf16 = args.bf16 == "on"
     torch.manual_seed(args.seed)
     tasks, _ = benchmark_tasks(0)

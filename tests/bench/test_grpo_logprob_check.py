@@ -53,3 +53,13 @@ def test_a_wrong_generation_log_prob_is_reported_as_a_gap(check, one_group):
     found = check.check_group(trainer.job.model, [*episodes[:3], bad, *episodes[4:]], trainer.pad_id, bf16=False)
     assert found["logp_gap_shared"] == pytest.approx(0.5, abs=1e-3)
     assert found["logp_gap_full"] == pytest.approx(0.5, abs=1e-3)
+
+
+def test_a_folder_without_adapters_is_refused_before_the_model_loads(tmp_path):
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--init-checkpoint", str(tmp_path)], capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    assert f"--init-checkpoint {tmp_path} holds no LoRA adapters" in result.stderr
