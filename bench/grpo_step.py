@@ -99,7 +99,7 @@ def no_adapters(option: str, folder: str) -> str:
 class Ours:
     def __init__(
         self, tasks, tiny: bool, lr: float, micro_batch: int, bf16: bool, init: str | None = None,
-        seed: int = 0,
+        seed: int = 0, rollout_dropout: bool = False,
     ) -> None:
         model, tokenizer = load(tiny, init)
         cfg = validate_run_config({
@@ -108,6 +108,7 @@ class Ours:
             "max_completion_length": COMPLETION, "beta": 0.0, "learning_rate": lr,
             "lr_scheduler": "constant", "eval_interval": 0, "checkpoint_interval": 0,
             "micro_batch_size": micro_batch, "max_steps": 10_000, "bf16": bf16, "seed": seed,
+            "rollout_dropout": rollout_dropout,
         })
         self.run_dir = tempfile.mkdtemp(prefix="bench-ours-")
         self.events = EventWriter(self.run_dir)
@@ -377,6 +378,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of both trainers' sampling, prompt order and initial RNG (repeat a "
                              "run with other seeds to see how much one run's reward says)")
+    parser.add_argument("--rollout-dropout", action="store_true",
+                        help="our trainer samples with LoRA dropout active, as TRL does (it generates "
+                             "in train mode); off: ours samples in eval mode")
     parser.add_argument("--ours-only", action="store_true",
                         help="time our trainer only, even where trl is installed (TRL's side takes "
                              "about five times as long on a CPU)")
@@ -406,7 +410,8 @@ def main() -> None:
     if not have_trl and not args.ours_only:
         print("trl is not installed: measuring our trainer only. For the comparison run "
               "`pip install trl` in this environment and run the script again.")
-    ours = Ours(tasks, args.tiny, args.lr, args.micro_batch, args.bf16, args.init_checkpoint, args.seed)
+    ours = Ours(tasks, args.tiny, args.lr, args.micro_batch, args.bf16, args.init_checkpoint, args.seed,
+                args.rollout_dropout)
     # Both trainers start from the same weights: this is the starting point of either.
     before = None
     if validation:
@@ -429,6 +434,7 @@ def main() -> None:
     print(f"device: {'cuda' if torch.cuda.is_available() else 'cpu'}, {PROMPTS} prompts x "
           f"{GENERATIONS} generations, max_completion_length {COMPLETION}, LoRA r {LORA_R}, beta 0, "
           f"micro-batch {args.micro_batch}, bf16 {'on' if args.bf16 else 'off'}, seed {args.seed}, "
+          f"our rollout dropout {'on' if args.rollout_dropout else 'off'}, "
           f"from {args.init_checkpoint or 'the base model with fresh adapters'}")
     mine = summary("ours", ours_rows, memory["ours"])
     if trl_rows:

@@ -344,6 +344,14 @@ class RunConfig:
         "stop after one regardless.",
         _POSITIVE_INT,
     )
+    rollout_dropout: bool = _field(
+        False,
+        "kind grpo: sample rollouts with dropout active (the model in train mode), each "
+        "completion with its own noise, as TRL's GRPOTrainer does with transformers generate. "
+        "Adds exploration noise where the model has dropout (LoRA: lora_dropout); costs a "
+        "prompt forward per completion instead of one per group. hf backend only.",
+        {"type": "boolean"},
+    )
     rollout_backend: Literal["hf", "vllm"] = _field(
         "hf",
         "Generation engine: hf (transformers generate; CPU or GPU) or vllm (GPU only, the "
@@ -651,6 +659,11 @@ def _check_cross_field(cfg: RunConfig) -> None:
         )
     if cfg.rollout_backend == "vllm" and cfg.device == "cpu":
         raise ConfigError("'rollout_backend' vllm needs a GPU; use hf with device cpu")
+    if cfg.rollout_dropout and cfg.rollout_backend == "vllm":
+        raise ConfigError(
+            "'rollout_dropout' needs rollout_backend hf: vLLM samples from merged weights, "
+            "without dropout"
+        )
     if cfg.kind == "sft" and cfg.sft_source == "reviewed" and not cfg.reviewed_trajectories:
         raise ConfigError("'reviewed_trajectories' is required when sft_source is reviewed")
     if cfg.kind == "dpo" and not cfg.preference_pairs:

@@ -304,6 +304,7 @@ class GRPOTrainer:
             max_new_tokens=self.cfg.max_completion_length,
             n=self.group_size,
             seed=self.cfg.seed * 1_000_003 + step * 101 + draw,
+            dropout=self.cfg.rollout_dropout,
         )
 
     def generate_round(self, step: int, draw: int) -> Rollouts:

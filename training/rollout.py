@@ -26,13 +26,20 @@ FinishReason = Literal["stop", "length"]
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample. temperature 0 means greedy; n completions per prompt."""
+    """How to sample. temperature 0 means greedy; n completions per prompt.
+
+    dropout: sample with the model in train mode, so its dropout layers (LoRA dropout) are
+    active and every completion, prompt included, comes from its own randomly thinned
+    policy. TRL's GRPOTrainer samples this way with transformers generate (it generates
+    inside its training step); it adds exploration noise. Off, the model samples in eval mode.
+    """
 
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 256
     n: int = 1
     seed: int | None = None
+    dropout: bool = False
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -43,6 +50,8 @@ class SamplingParams:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.n < 1:
             raise ValueError(f"n (completions per prompt) must be >= 1, got {self.n}")
+        if self.dropout and self.temperature == 0:
+            raise ValueError("dropout sampling needs temperature > 0; greedy decoding is an eval")
 
     @property
     def greedy(self) -> bool:
@@ -232,7 +241,7 @@ class HFGenerateEngine:
         if any(not ids for ids in prompt_ids):
             raise ValueError("every prompt needs at least one token; got an empty prompt")
         was_training = self.model.training
-        self.model.eval()
+        self.model.train(params.dropout)
         try:
             with torch.no_grad(), _seeded(params.seed, self.device):
                 completions, logprobs, seconds = self._sample(prompt_ids, params)
@@ -246,6 +255,8 @@ class HFGenerateEngine:
         """(B*n, T) generated ids, their (B*n, T) log-probs and (B*n,) finish times."""
         ids, mask = left_pad(prompt_ids, self.pad_id, self.device)  # (B, L)
         n = params.n
+        if params.dropout:  # each sample's own dropout noise, from its prompt on: no shared prefill
+            ids, mask, n = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0), 1
         start = time.perf_counter()
         recorder = _TokenLogprobRecorder(params.logprob_temperature, self.stops, start)
         extra: dict[str, Any] = {}

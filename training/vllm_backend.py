@@ -141,6 +141,9 @@ class VLLMEngine:
     def generate_ids(
         self, prompt_ids: list[list[int]], params: SamplingParams
     ) -> list[list[Generation]]:
+        if params.dropout:
+            raise ValueError("vLLM samples from the merged weights, without dropout; "
+                             "use rollout_backend hf for dropout sampling")
         vllm = _require_vllm()
         from vllm.inputs import TokensPrompt
 

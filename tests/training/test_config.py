@@ -168,6 +168,10 @@ def test_bad_values_are_named(key, value, expected):
             {"kind": "grpo", "rollout_backend": "vllm", "device": "cpu"},
             "'rollout_backend' vllm needs a GPU",
         ),
+        (
+            {"kind": "grpo", "rollout_backend": "vllm", "device": "cuda", "rollout_dropout": True},
+            "'rollout_dropout' needs rollout_backend hf",
+        ),
         ({"kind": "dpo"}, "'preference_pairs' is required"),
         ({"kind": "sft", "sft_source": "reviewed"}, "'reviewed_trajectories' is required"),
     ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -387,3 +388,28 @@ def test_overlong_shaping_ramps_the_reward_down_by_the_longest_turn():
     off = validate_run_config({"kind": "grpo", "max_completion_length": 100})
     assert shaped_reward(_Result(1.0), episode([1] * 100), off) == 1.0
     assert math.isnan(shaped_reward(_Result(None), episode([1] * 100), cfg))
+
+
+def test_rollout_dropout_samples_in_train_mode_and_validation_never_does(tokenizer, tmp_path):
+    seen: dict[str, set[bool]] = {}
+    for dropout in (True, False):
+        cfg = grpo_config(max_steps=1, lora_dropout=0.5, rollout_dropout=dropout)
+        run_dir = tmp_path / str(dropout)
+        with EventWriter(run_dir) as events:
+            job = build_job(cfg, run_dir, events, model=tiny_llama(tokenizer, seed=3),
+                            tokenizer=tokenizer, environment=JsonToolCallEnvironment(),
+                            verifier=TextIs("x"), tasks=toy_tasks())
+            trainer = GRPOTrainer(job)
+            decoder = job.model.get_base_model().model
+            for phase, run in (("rollout", functools.partial(trainer.generate_round, 1, 0)),
+                               ("validation", functools.partial(trainer.validate, 1))):
+                modes = seen.setdefault(f"{phase} dropout={dropout}", set())
+                hook = decoder.register_forward_hook(lambda m, a, o, modes=modes: modes.add(m.training))
+                run()
+                hook.remove()
+    assert seen == {
+        "rollout dropout=True": {True},
+        "validation dropout=True": {False},
+        "rollout dropout=False": {False},
+        "validation dropout=False": {False},
+    }

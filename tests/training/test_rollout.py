@@ -49,6 +49,7 @@ def eos_biased_model(tokenizer, bias: float):
         ({"top_p": 0.0}, "top_p"),
         ({"max_new_tokens": 0}, "max_new_tokens"),
         ({"n": 0}, "n"),
+        ({"temperature": 0, "dropout": True}, "dropout sampling needs temperature > 0"),
     ],
 )
 def test_sampling_params_reject_bad_values(kwargs, message):
@@ -253,3 +254,52 @@ def test_lora_model_generates_with_shared_prefill_and_matching_logprobs(tokenize
     for gen in (g for group in groups for g in group):
         expected = teacher_forced_logprobs(model, gen.prompt_ids, gen.completion_ids, 0.9)
         torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-4, rtol=0)
+
+
+def _lora_with_dropout(tokenizer, dropout: float):
+    """A tiny LoRA model whose adapters matter (lora_B non-zero), with LoRA dropout."""
+    from training.models import apply_lora
+
+    model = apply_lora(tiny_llama(tokenizer, seed=2), r=4, alpha=8, dropout=dropout)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    return model.eval()
+
+
+def _record_forwards(model):
+    """(training flag, rows) of every forward pass of the model's decoder."""
+    seen = []
+    decoder = model.get_base_model().model
+    decoder.register_forward_hook(lambda module, args, kwargs, out: seen.append(
+        (module.training, (kwargs.get("input_ids") if kwargs.get("input_ids") is not None else args[0]).shape[0])
+    ), with_kwargs=True)
+    return seen
+
+
+def test_dropout_sampling_runs_in_train_mode_with_a_prompt_forward_per_sample(tokenizer):
+    model = _lora_with_dropout(tokenizer, 0.5)
+    seen = _record_forwards(model)
+    engine = HFGenerateEngine(model, tokenizer)
+    engine.generate(PROMPTS, SamplingParams(temperature=1.0, max_new_tokens=4, n=3, seed=1, dropout=True))
+    assert seen and all(training for training, _ in seen)
+    assert seen[0][1] == 6  # the prefill: each of the 2 x 3 samples runs its own prompt
+    assert not model.training  # the caller's mode is restored
+    seen.clear()
+    engine.generate(PROMPTS, SamplingParams(temperature=1.0, max_new_tokens=4, n=3, seed=1))
+    assert seen and not any(training for training, _ in seen)
+    assert seen[0][1] == 2  # eval mode: one prefill per prompt, copied to its 3 samples
+
+
+def test_dropout_sampling_draws_from_a_perturbed_policy_and_eval_sampling_does_not(tokenizer):
+    model = _lora_with_dropout(tokenizer, 0.5)
+    engine = HFGenerateEngine(model, tokenizer)
+
+    def samples(dropout: bool) -> list[list[int]]:
+        params = SamplingParams(temperature=1.0, max_new_tokens=8, n=4, seed=7, dropout=dropout)
+        return [g.completion_ids for group in engine.generate(PROMPTS, params) for g in group]
+
+    plain = samples(False)
+    assert samples(False) == plain  # same seed, eval mode: the same samples
+    assert samples(True) != plain  # the same seed under dropout noise samples other tokens
