@@ -139,7 +139,7 @@ class Trl:
     """
 
     def __init__(
-        self, tasks, tiny: bool, lr: float, steps: int, block: int, ours: Ours,
+        self, tasks, tiny: bool, lr: float, steps: int, block: int, ours: Ours | None,
         micro_batch: int, bf16: bool, init: str | None = None, save_dir: Path | None = None,
         seed: int = 0,
     ) -> None:
@@ -209,14 +209,17 @@ class Trl:
         )
 
     def hand_over(self, n: int, trl_model, trl_step: int) -> None:
-        """Our trainer's next n steps, with its own peak memory, then both policies saved."""
-        reset_peak_memory()
-        self.ours_rows += self.ours.steps(n)
-        self.memory["ours"] = max(self.memory["ours"], peak_memory_mb())
-        reset_peak_memory()
+        """Our trainer's next n steps (none with --trl-only), with its own peak memory, then
+        both policies saved."""
+        if self.ours is not None:
+            reset_peak_memory()
+            self.ours_rows += self.ours.steps(n)
+            self.memory["ours"] = max(self.memory["ours"], peak_memory_mb())
+            reset_peak_memory()
         if self.save_dir is not None:
             save_adapters(trl_model, self.save_dir / f"trl_step_{trl_step}")
-            save_adapters(self.ours.trainer.job.model, self.save_dir / f"ours_step_{self.ours.step_number}")
+            if self.ours is not None:
+                save_adapters(self.ours.trainer.job.model, self.save_dir / f"ours_step_{self.ours.step_number}")
 
     def run(self) -> None:
         self.trainer.train()
@@ -381,6 +384,8 @@ def main() -> None:
     parser.add_argument("--rollout-dropout", action="store_true",
                         help="our trainer samples with LoRA dropout active, as TRL does (it generates "
                              "in train mode); off: ours samples in eval mode")
+    parser.add_argument("--trl-only", action="store_true",
+                        help="train TRL's side alone (e.g. more seeds of it for the reward comparison)")
     parser.add_argument("--ours-only", action="store_true",
                         help="time our trainer only, even where trl is installed (TRL's side takes "
                              "about five times as long on a CPU)")
@@ -397,6 +402,8 @@ def main() -> None:
     if args.save_adapters is not None and args.save_adapters.exists() and any(args.save_adapters.iterdir()):
         parser.error(f"--save-adapters {args.save_adapters} is not empty; give a new folder, so that "
                      "one run's adapters are not mixed with another's")
+    if args.trl_only and args.ours_only:
+        parser.error("--trl-only and --ours-only exclude each other; give at most one")
     if args.steps < 1 or args.block < 1:
         parser.error(f"--steps and --block must be 1 or more, got {args.steps} and {args.block}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -407,20 +414,23 @@ def main() -> None:
         evaluate_saved_adapters(args.evaluate_adapters, args.tiny, validation, args.bf16)
         return
     have_trl = not args.ours_only and importlib.util.find_spec("trl") is not None
+    if args.trl_only and not have_trl:
+        parser.error("--trl-only needs trl: `pip install 'trl>=1.16'` (the bench extra)")
     if not have_trl and not args.ours_only:
         print("trl is not installed: measuring our trainer only. For the comparison run "
               "`pip install trl` in this environment and run the script again.")
-    ours = Ours(tasks, args.tiny, args.lr, args.micro_batch, args.bf16, args.init_checkpoint, args.seed,
-                args.rollout_dropout)
+    ours = None if args.trl_only else Ours(
+        tasks, args.tiny, args.lr, args.micro_batch, args.bf16, args.init_checkpoint, args.seed,
+        args.rollout_dropout)
+    trl = Trl(tasks, args.tiny, args.lr, args.steps, args.block, ours, args.micro_batch, args.bf16,
+              args.init_checkpoint, args.save_adapters, args.seed) if have_trl else None
     # Both trainers start from the same weights: this is the starting point of either.
-    before = None
-    if validation:
-        before = evaluate_policy(ours.trainer.job.model, ours.trainer.job.tokenizer, validation, args.bf16)
+    start_model, tokenizer = ((ours.trainer.job.model, ours.trainer.job.tokenizer) if ours is not None
+                              else (trl.trainer.model, trl.trainer.processing_class))
+    before = evaluate_policy(start_model, tokenizer, validation, args.bf16) if validation else None
     memory = {"ours": 0.0, "trl": 0.0}
     trl_rows: list[tuple[float, float, float]] = []
-    if have_trl:
-        trl = Trl(tasks, args.tiny, args.lr, args.steps, args.block, ours, args.micro_batch, args.bf16,
-                  args.init_checkpoint, args.save_adapters, args.seed)
+    if trl is not None:
         trl.run()
         ours_rows, memory = trl.ours_rows, trl.memory
         trl_rows = [tuple(r) for r in trl.rows]
@@ -436,21 +446,25 @@ def main() -> None:
           f"micro-batch {args.micro_batch}, bf16 {'on' if args.bf16 else 'off'}, seed {args.seed}, "
           f"our rollout dropout {'on' if args.rollout_dropout else 'off'}, "
           f"from {args.init_checkpoint or 'the base model with fresh adapters'}")
-    mine = summary("ours", ours_rows, memory["ours"])
+    seconds = {}
+    if ours_rows:
+        seconds["ours"] = summary("ours", ours_rows, memory["ours"])
     if trl_rows:
-        theirs = summary("trl", trl_rows, memory["trl"])
-        print(f"ratio ours / trl (median s/step): {mine / theirs:.2f} (target <= 0.7)")
+        seconds["trl"] = summary("trl", trl_rows, memory["trl"])
+    if len(seconds) == 2:
+        print(f"ratio ours / trl (median s/step): {seconds['ours'] / seconds['trl']:.2f} (target <= 0.7)")
     if validation:
-        tokenizer = ours.trainer.job.tokenizer
-        print_evaluation("start", before, len(validation), "before training (both)")
-        after = {"ours": evaluate_policy(ours.trainer.job.model, tokenizer, validation, args.bf16)}
-        if trl_rows:
+        print_evaluation("start", before, len(validation), "before training (the starting weights)")
+        after = {}
+        if ours is not None:
+            after["ours"] = evaluate_policy(ours.trainer.job.model, tokenizer, validation, args.bf16)
+        if trl is not None:
             after["trl"] = evaluate_policy(trl.trainer.model, tokenizer, validation, args.bf16)
         for name, metrics in after.items():
             print_evaluation(name, metrics, len(validation))
         for name, metrics in after.items():
             print_comparison(name, metrics, "start", before)
-        if trl_rows:
+        if len(after) == 2:
             print_comparison("ours", after["ours"], "trl", after["trl"])
     if not torch.cuda.is_available():
         print("note: on CPU peak memory is the process's peak RSS, shared by both trainers")

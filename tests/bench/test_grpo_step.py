@@ -136,3 +136,14 @@ def test_our_trainer_alone_saves_its_adapters_after_every_block(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["ours_step_2", "ours_step_3"]
     assert all((p / "adapter_config.json").is_file() for p in out.iterdir())
     assert "ours step 3:" in result.stdout
+
+
+def test_trl_only_and_ours_only_are_refused_together():
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--trl-only", "--ours-only"],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    assert "--trl-only and --ours-only exclude each other" in result.stderr
