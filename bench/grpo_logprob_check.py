@@ -50,7 +50,12 @@ def generation_logprobs(episodes, like: torch.Tensor) -> torch.Tensor:
 
 
 def lora_gradient(model) -> torch.Tensor:
-    return torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad and p.grad is not None])
+    """Every trainable parameter's gradient in one float64 vector (zeros where none arrived,
+    so two vectors always line up parameter by parameter)."""
+    return torch.cat([
+        (p.grad if p.grad is not None else torch.zeros_like(p)).flatten().double()
+        for p in model.parameters() if p.requires_grad
+    ])
 
 
 def check_group(model, episodes, pad_id: int, bf16: bool) -> dict[str, float]:

@@ -34,9 +34,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from grpo_logprob_check import lora_gradient  # noqa: E402
 from grpo_step import COMPLETION, GENERATIONS, PROMPTS, Ours, benchmark_tasks, no_adapters  # noqa: E402
 
 import training.grpo as grpo_module  # noqa: E402
+from training.grpo import pack  # noqa: E402
 from training.runner import is_adapter_checkpoint  # noqa: E402
 
 MICRO_BATCH = 4
@@ -47,13 +49,6 @@ def disable_dropout(model) -> None:
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
-
-
-def lora_gradient(model) -> torch.Tensor:
-    return torch.cat([
-        (p.grad if p.grad is not None else torch.zeros_like(p)).flatten().double()
-        for p in model.parameters() if p.requires_grad
-    ])
 
 
 def our_gradient(trainer, batch) -> torch.Tensor:
@@ -73,25 +68,18 @@ def our_gradient(trainer, batch) -> torch.Tensor:
 
 
 def trl_inputs(episodes, advantages: torch.Tensor, pad_id: int, device) -> list[dict]:
-    """TRL's layout: prompts left-padded, completions right-padded, per micro-batch."""
+    """TRL's layout per micro-batch: prompts left-padded, completions right-padded (as `pack`
+    lays out full rows), split at the prompt boundary into TRL's input names."""
     total = float(sum(sum(e.completion_mask) for e in episodes))
     out = []
     for start in range(0, len(episodes), MICRO_BATCH):
-        rows = episodes[start : start + MICRO_BATCH]
-        width_p = max(len(e.prompt_ids) for e in rows)
-        width_c = max(len(e.completion_ids) for e in rows)
-        prompt = torch.full((len(rows), width_p), pad_id, dtype=torch.long)
-        prompt_mask = torch.zeros((len(rows), width_p), dtype=torch.long)
-        completion = torch.full((len(rows), width_c), pad_id, dtype=torch.long)
-        completion_mask = torch.zeros((len(rows), width_c), dtype=torch.long)
-        for i, e in enumerate(rows):
-            prompt[i, width_p - len(e.prompt_ids) :] = torch.tensor(e.prompt_ids)
-            prompt_mask[i, width_p - len(e.prompt_ids) :] = 1
-            completion[i, : len(e.completion_ids)] = torch.tensor(e.completion_ids)
-            completion_mask[i, : len(e.completion_ids)] = torch.tensor(e.completion_mask)
+        packed = pack(episodes[start : start + MICRO_BATCH], pad_id, device, share_prompts=False)
+        width_p = packed["input_ids"].shape[1] - packed["completion_ids"].shape[1]
         out.append({
-            "prompt_ids": prompt.to(device), "prompt_mask": prompt_mask.to(device),
-            "completion_ids": completion.to(device), "completion_mask": completion_mask.to(device),
+            "prompt_ids": packed["input_ids"][:, :width_p],
+            "prompt_mask": packed["attention_mask"][:, :width_p],
+            "completion_ids": packed["completion_ids"],
+            "completion_mask": packed["completion_mask"].long(),
             "advantages": advantages[start : start + MICRO_BATCH].to(device),
             "num_items_in_batch": torch.tensor(total, device=device),
             "old_per_token_logps": None,
