@@ -27,6 +27,11 @@ A 20-step run from a checkpoint takes about two hours on a 2-core CPU, mostly TR
 DIR/trl_step_N), so a run cut short still gives policies to compare:
 
     python bench/grpo_step.py --evaluate-adapters DIR/ours_step_10 DIR/trl_step_10
+
+--dynamic-sampling N turns on DAPO's dynamic sampling in our trainer only (TRL's GRPOTrainer
+has none), as the CPU recipe trains (N = 3 there); everything else stays the same on both
+sides. A group whose 8 rewards are all equal gives no gradient, so it is dropped and more
+prompts are generated, at most N generation rounds a step; the step time counts every round.
 """
 
 from __future__ import annotations
@@ -99,16 +104,19 @@ def no_adapters(option: str, folder: str) -> str:
 class Ours:
     def __init__(
         self, tasks, tiny: bool, lr: float, micro_batch: int, bf16: bool, init: str | None = None,
-        seed: int = 0, rollout_dropout: bool = False,
+        seed: int = 0, rollout_dropout: bool = False, dynamic_sampling: int = 0,
     ) -> None:
+        """dynamic_sampling: 0 = off (TRL's behaviour), N = at most N generation rounds a step."""
         model, tokenizer = load(tiny, init)
+        resample = ({"dynamic_sampling": True, "max_generation_batches": dynamic_sampling}
+                    if dynamic_sampling else {"dynamic_sampling": False})
         cfg = validate_run_config({
             "kind": "grpo", "adapter": "lora", "lora_r": LORA_R, "lora_alpha": 2 * LORA_R,
             "num_prompts_per_step": PROMPTS, "num_generations_per_prompt": GENERATIONS,
             "max_completion_length": COMPLETION, "beta": 0.0, "learning_rate": lr,
             "lr_scheduler": "constant", "eval_interval": 0, "checkpoint_interval": 0,
             "micro_batch_size": micro_batch, "max_steps": 10_000, "bf16": bf16, "seed": seed,
-            "rollout_dropout": rollout_dropout,
+            "rollout_dropout": rollout_dropout, **resample,
         })
         self.run_dir = tempfile.mkdtemp(prefix="bench-ours-")
         self.events = EventWriter(self.run_dir)
@@ -117,16 +125,22 @@ class Ours:
                         tasks=_Tasks(tasks))
         self.trainer = GRPOTrainer(job)
         self.step_number = 0
+        self.generation_batches: list[int] = []  # generation rounds of each step
 
     def steps(self, n: int) -> list[tuple[float, float, float]]:
-        """(seconds, generated tokens, mean reward) per step."""
+        """(seconds, generated tokens, mean reward) per step; with dynamic sampling the reward
+        is over every sample generated, dropped groups included."""
         out = []
         for _ in range(n):
             self.step_number += 1
             started = time.perf_counter()
             metrics = self.trainer.step(self.step_number)
             out.append((time.perf_counter() - started, metrics["cost/generated_tokens"], metrics["reward"]))
-            print_step("ours", self.step_number, out[-1])
+            self.generation_batches.append(int(metrics["generation_batches"]))
+            print_step("ours", self.step_number, out[-1],
+                       f", {self.generation_batches[-1]} generation batches, "
+                       f"{int(metrics['groups_trained'])} groups trained"
+                       if self.trainer.cfg.dynamic_sampling else "")
         return out
 
 
@@ -253,10 +267,10 @@ def reset_peak_memory() -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def print_step(name: str, number: int, row) -> None:
+def print_step(name: str, number: int, row, extra: str = "") -> None:
     """One line a step as it finishes, so a long CPU run shows where it is."""
     seconds, tokens, reward = row
-    print(f"{name} step {number}: {seconds:.1f} s, {tokens:.0f} tokens, reward {reward:.3f}", flush=True)
+    print(f"{name} step {number}: {seconds:.1f} s, {tokens:.0f} tokens, reward {reward:.3f}{extra}", flush=True)
 
 
 def mean(values: list[float]) -> float:
@@ -384,6 +398,10 @@ def main() -> None:
     parser.add_argument("--rollout-dropout", action="store_true",
                         help="our trainer samples with LoRA dropout active, as TRL does (it generates "
                              "in train mode); off: ours samples in eval mode")
+    parser.add_argument("--dynamic-sampling", type=int, default=0, metavar="N",
+                        help="our trainer only (TRL has none): drop groups whose rewards are all "
+                             "equal and generate more, at most N generation rounds a step (the CPU "
+                             "recipe's 3); 0 (default): off, the same configuration on both sides")
     parser.add_argument("--trl-only", action="store_true",
                         help="train TRL's side alone (e.g. more seeds of it for the reward comparison)")
     parser.add_argument("--ours-only", action="store_true",
@@ -404,6 +422,11 @@ def main() -> None:
                      "one run's adapters are not mixed with another's")
     if args.trl_only and args.ours_only:
         parser.error("--trl-only and --ours-only exclude each other; give at most one")
+    if args.dynamic_sampling < 0:
+        parser.error(f"--dynamic-sampling must be 0 (off) or a number of generation rounds, "
+                     f"got {args.dynamic_sampling}")
+    if args.dynamic_sampling and args.trl_only:
+        parser.error("--dynamic-sampling is our trainer's (TRL has none); it means nothing with --trl-only")
     if args.steps < 1 or args.block < 1:
         parser.error(f"--steps and --block must be 1 or more, got {args.steps} and {args.block}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -421,7 +444,7 @@ def main() -> None:
               "`pip install trl` in this environment and run the script again.")
     ours = None if args.trl_only else Ours(
         tasks, args.tiny, args.lr, args.micro_batch, args.bf16, args.init_checkpoint, args.seed,
-        args.rollout_dropout)
+        args.rollout_dropout, args.dynamic_sampling)
     trl = Trl(tasks, args.tiny, args.lr, args.steps, args.block, ours, args.micro_batch, args.bf16,
               args.init_checkpoint, args.save_adapters, args.seed) if have_trl else None
     # Both trainers start from the same weights: this is the starting point of either.
@@ -444,11 +467,15 @@ def main() -> None:
     print(f"device: {'cuda' if torch.cuda.is_available() else 'cpu'}, {PROMPTS} prompts x "
           f"{GENERATIONS} generations, max_completion_length {COMPLETION}, LoRA r {LORA_R}, beta 0, "
           f"micro-batch {args.micro_batch}, bf16 {'on' if args.bf16 else 'off'}, seed {args.seed}, "
-          f"our rollout dropout {'on' if args.rollout_dropout else 'off'}, "
+          f"our rollout dropout {'on' if args.rollout_dropout else 'off'}, our dynamic sampling "
+          f"{f'up to {args.dynamic_sampling} generation batches a step' if args.dynamic_sampling else 'off'}, "
           f"from {args.init_checkpoint or 'the base model with fresh adapters'}")
     seconds = {}
     if ours_rows:
         seconds["ours"] = summary("ours", ours_rows, memory["ours"])
+        if args.dynamic_sampling:
+            print(f"ours   generation batches a step: mean {mean(ours.generation_batches):.2f}, "
+                  f"at most {args.dynamic_sampling} (dynamic sampling)")
     if trl_rows:
         seconds["trl"] = summary("trl", trl_rows, memory["trl"])
     if len(seconds) == 2:

