@@ -114,10 +114,15 @@ def test_bad_settings_are_named(setup):
         _create(setup, regression_datasets=["nope"])
 
 
-def test_invalid_stage_config_fails_with_the_key_named(setup):
-    exp = _create(setup, grpo={"learning_rate": -1})
-    exp = _finish_stage(exp, "baseline", metrics={**BASELINE, "valid_json_rate": 0.9})
-    assert exp.state == "failed" and "learning_rate" in exp.reason
+def test_invalid_stage_config_is_refused_at_creation_with_the_key_named(setup):
+    """Every stage's config is validated before the experiment exists, not when stage three starts."""
+    with pytest.raises(ExperimentError, match="config.grpo: 'learning_rate' must be > 0"):
+        _create(setup, grpo={"learning_rate": -1})
+    with pytest.raises(ExperimentError, match="config.common: expected an object"):
+        _create(setup, common=["x"])
+    with pytest.raises(ExperimentError, match="config.latency_p95_max_ratio: expected a number"):
+        _create(setup, latency_p95_max_ratio=True)
+    assert not Experiment.objects.exists() and not Run.objects.exists()
 
 
 def test_api_creates_experiment_and_only_owners_promote(client, project_team, setup):
@@ -142,6 +147,9 @@ def test_api_creates_experiment_and_only_owners_promote(client, project_team, se
     run = Run.objects.get(pk=made.json()["stages"]["baseline"]["run"])
     checkpoint = Checkpoint.objects.create(run=run, step=3, storage_uri="/c/3")
     assert post("editor", f"/api/checkpoints/{checkpoint.pk}/promote", {"alias": "production"}).status_code == 403
-    promoted = post("owner", f"/api/checkpoints/{checkpoint.pk}/promote", {"alias": "production", "reason": "gates"})
+    refused = post("owner", f"/api/checkpoints/{checkpoint.pk}/promote", {"alias": "production"})
+    assert refused.status_code == 409 and "force: true" in refused.json()["detail"]
+    promoted = post("owner", f"/api/checkpoints/{checkpoint.pk}/promote",
+                    {"alias": "production", "reason": "hotfix", "force": True})
     assert promoted.status_code == 200 and promoted.json()["step"] == 3
     assert post("owner", f"/api/projects/{slug}/aliases/production/rollback", {}).status_code == 409

@@ -84,14 +84,14 @@ def test_logging_is_idempotent_by_id(api, project_team, verifier):
     assert Trajectory.objects.filter(task_key="same").count() == 1
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ({"trajectories": []}, "at least one"),
-    ({"trajectories": [{"id": "x", "turns": [{"content": "no role"}]}]}, "non-empty list of chat messages"),
-    ({"verifier": "nope", "trajectories": [_item("x", "{}")]}, "No verifier named 'nope'"),
+@pytest.mark.parametrize(("body", "status", "message"), [
+    ({"trajectories": []}, 422, "at least 1 item"),
+    ({"trajectories": [{"id": "x", "turns": [{"content": "no role"}]}]}, 422, "turn 0 has no `role`"),
+    ({"verifier": "nope", "trajectories": [_item("x", "{}")]}, 400, "No verifier named 'nope'"),
 ])
-def test_bad_batches_say_what_is_wrong(api, project_team, verifier, body, message):
+def test_bad_batches_say_what_is_wrong(api, project_team, verifier, body, status, message):
     response = api(f"/api/projects/{project_team['project'].slug}/trajectories", body)
-    assert response.status_code == 400 and message in response.json()["detail"]
+    assert response.status_code == status and message in json.dumps(response.json()["detail"])
     assert Trajectory.objects.count() == 0
 
 

@@ -5,6 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 
 from ninja import Schema
+from pydantic import Field, field_validator
+
+from webapp.api.bounds import (
+    Count,
+    JsonObject,
+    LongText,
+    Milliseconds,
+    RowId,
+    Text,
+)
+from webapp.trajectories.services.production import ProductionItem
 
 
 class ProjectOut(Schema):
@@ -31,8 +42,8 @@ class JobOut(Schema):
 
 
 class JobIn(Schema):
-    kind: str = "noop"
-    payload: dict = {}
+    kind: Text(32) = "noop"
+    payload: JsonObject = {}
 
 
 class ErrorOut(Schema):
@@ -40,26 +51,41 @@ class ErrorOut(Schema):
 
 
 class ProductionTaskIn(Schema):
-    messages: list[dict]
-    tools: list[dict] = []
-    ground_truth: list[dict] | None = None
-    category: str = ""
-    metadata: dict = {}
+    messages: list[JsonObject]
+    tools: list[JsonObject] = []
+    ground_truth: list[JsonObject] | None = None
+    category: Text(64) = ""
+    metadata: JsonObject = {}
 
 
 class ProductionTrajectoryIn(Schema):
-    id: str | None = None
-    turns: list[dict]
+    """One logged production run; also what each line of `manage.py log_trajectories` must be."""
+
+    id: Text(200, min_length=1) | None = Field(None, description="Your id for this run: logging is idempotent by it.")
+    turns: list[JsonObject] = Field(min_length=1)
     task: ProductionTaskIn | None = None
     truncated: bool = False
-    latency_ms: float | None = None
-    tokens_in: int = 0
-    tokens_out: int = 0
+    latency_ms: Milliseconds | None = None
+    tokens_in: Count = 0
+    tokens_out: Count = 0
+
+    @field_validator("turns")
+    @classmethod
+    def turns_are_chat_messages(cls, turns: list[dict]) -> list[dict]:
+        for index, turn in enumerate(turns):
+            if not isinstance(turn.get("role"), str):
+                raise ValueError(f"turn {index} has no `role`: each turn is a chat message with a role")
+        return turns
+
+    def to_item(self) -> ProductionItem:
+        return ProductionItem(key=self.id or "", turns=self.turns, task=self.task.dict() if self.task else None,
+                              truncated=self.truncated, latency_ms=self.latency_ms, tokens_in=self.tokens_in,
+                              tokens_out=self.tokens_out)
 
 
 class ProductionBatchIn(Schema):
-    verifier: str | None = None
-    trajectories: list[ProductionTrajectoryIn]
+    verifier: Text(200) | None = None
+    trajectories: list[ProductionTrajectoryIn] = Field(min_length=1, max_length=1000)
 
 
 class TrajectoryOut(Schema):
@@ -84,8 +110,8 @@ class ProductionBatchOut(Schema):
 
 
 class RescoreIn(Schema):
-    verifier: str
-    version: int | None = None
+    verifier: Text(200)
+    version: Count | None = None
 
 
 class RescoreOut(Schema):
@@ -97,11 +123,11 @@ class RescoreOut(Schema):
 
 
 class EvalsIn(Schema):
-    trajectory_ids: list[int] = []
-    run_id: int | None = None
-    bucket: str | None = None
-    dataset: str
-    split: str = "held_out"
+    trajectory_ids: list[RowId] = Field([], max_length=10_000)
+    run_id: RowId | None = None
+    bucket: Text(32) | None = None
+    dataset: Text(200)
+    split: Text(16) = "held_out"
 
 
 class EvalsOut(Schema):
@@ -113,11 +139,11 @@ class EvalsOut(Schema):
 
 
 class ExperimentIn(Schema):
-    name: str
-    dataset: str
-    verifier: str
-    model: str
-    config: dict = {}
+    name: Text(200, min_length=1)
+    dataset: Text(200)
+    verifier: Text(200)
+    model: Text(200)
+    config: JsonObject = Field({}, description="Stage settings and gate thresholds; see ExperimentConfigIn.")
 
 
 class ExperimentOut(Schema):
@@ -132,8 +158,10 @@ class ExperimentOut(Schema):
 
 
 class PromoteIn(Schema):
-    alias: str = "production"
-    reason: str = ""
+    alias: Text(64) = "production"
+    reason: LongText = ""
+    force: bool = Field(False, description="Promote although the checkpoint's gates failed or it has none "
+                                           "(needs a reason; recorded in the alias history and the audit log).")
 
 
 class AliasOut(Schema):

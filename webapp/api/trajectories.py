@@ -6,6 +6,7 @@ from ninja import Router
 from ninja.errors import HttpError
 from ninja.responses import Status
 
+from webapp.api.bounds import Offset, RowId, Text
 from webapp.api.schemas import (
     EvalsIn,
     EvalsOut,
@@ -22,7 +23,6 @@ from webapp.runs.models import Run
 from webapp.trajectories.models import Trajectory
 from webapp.trajectories.services.evals import tasks_from_trajectories
 from webapp.trajectories.services.production import (
-    ProductionItem,
     ProductionLogError,
     production_trajectories_log,
 )
@@ -45,11 +45,7 @@ def log_production(request, slug: str, body: ProductionBatchIn):
     """Log an agent's production runs; they are verified on the verify queue when `verifier` is given."""
     project = get_project_or_404(request.user, slug, Role.EDITOR)
     verifier = _verifier(project, body.verifier) if body.verifier else None
-    items = [
-        ProductionItem(key=t.id or "", turns=t.turns, task=t.task.dict() if t.task else None, truncated=t.truncated,
-                       latency_ms=t.latency_ms, tokens_in=t.tokens_in, tokens_out=t.tokens_out)
-        for t in body.trajectories
-    ]
+    items = [t.to_item() for t in body.trajectories]
     try:
         result = production_trajectories_log(project=project, items=items, verifier=verifier)
     except ProductionLogError as exc:
@@ -60,8 +56,9 @@ def log_production(request, slug: str, body: ProductionBatchIn):
 
 
 @router.get("/projects/{slug}/trajectories", response=list[TrajectoryOut])
-def list_trajectories(request, slug: str, source: str | None = None, run_id: int | None = None,
-                      bucket: str | None = None, passed: bool | None = None, limit: int = 100, offset: int = 0):
+def list_trajectories(request, slug: str, source: Text(16) | None = None, run_id: RowId | None = None,
+                      bucket: Text(32) | None = None, passed: bool | None = None, limit: int = 100,
+                      offset: Offset = 0):
     project = get_project_or_404(request.user, slug)
     rows = Trajectory.objects.filter(project=project).order_by("-id")
     if source:

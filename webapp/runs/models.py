@@ -221,6 +221,7 @@ class CheckpointAlias(models.Model):
 
     class Meta:
         ordering = ["name"]
+        verbose_name_plural = "checkpoint aliases"
         constraints = [models.UniqueConstraint(fields=["project", "name"], name="uniq_alias_name")]
 
     def __str__(self) -> str:
@@ -237,6 +238,7 @@ class AliasMove(models.Model):
     moved_at = models.DateTimeField(auto_now_add=True)
     reason = models.TextField(blank=True)
     is_rollback = models.BooleanField(default=False)
+    forced = models.BooleanField(default=False, help_text="Promoted although its gates failed or it had none.")
 
     class Meta:
         ordering = ["-moved_at", "-id"]

@@ -53,8 +53,13 @@ class Trajectory(models.Model):
 
     class Meta:
         ordering = ["run", "step", "task_key", "sample_index"]
+        verbose_name_plural = "trajectories"
         constraints = [
-            models.UniqueConstraint(fields=["run", "step", "task_key", "sample_index"], name="uniq_trajectory_sample")
+            models.UniqueConstraint(fields=["run", "step", "task_key", "sample_index"], name="uniq_trajectory_sample"),
+            # Production rows have no run, so the key above cannot hold for them (NULLs are distinct):
+            # the producer's id is their key. Logging inserts ON CONFLICT DO NOTHING against it.
+            models.UniqueConstraint(fields=["project", "task_key"], condition=models.Q(source="production"),
+                                    name="uniq_production_trajectory"),
         ]
         indexes = [
             models.Index(fields=["run", "step"]),

@@ -27,7 +27,7 @@ from webapp.runs.models import (
     Run,
     RunStatus,
 )
-from webapp.runs.services.run_config import run_create
+from webapp.runs.services.run_config import run_config_check, run_create
 from webapp.verifiers.models import VerifierVersion
 
 DEFAULT_CONFIG: dict = {
@@ -53,16 +53,61 @@ class ExperimentError(ValueError):
     pass
 
 
-def experiment_config(overrides: dict) -> dict:
+STAGE_KEYS = ("common", "baseline", "sft", "grpo", "held_out")
+# Gate thresholds: (lowest allowed, highest allowed) for each number.
+NUMBER_BOUNDS = {
+    "sft_valid_format_threshold": (0.0, 1.0),
+    "success_margin": (-1.0, 1.0),
+    "latency_p95_max_ratio": (0.0, 1000.0),
+}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value  # not NaN
+
+
+def _check_config_shape(overrides: dict) -> None:
+    """Refuse settings of the wrong type before they are merged (a string where stage settings go, ...)."""
+    if not isinstance(overrides, dict):
+        raise ExperimentError("config: expected an object of experiment settings.")
     unknown = set(overrides) - set(DEFAULT_CONFIG)
     if unknown:
         raise ExperimentError(
-            f"Unknown experiment setting(s) {', '.join(sorted(unknown))}; allowed: {', '.join(DEFAULT_CONFIG)}."
+            f"Unknown experiment setting(s) {', '.join(sorted(map(str, unknown)))}; "
+            f"allowed: {', '.join(DEFAULT_CONFIG)}."
         )
+    for key, value in overrides.items():
+        if key in STAGE_KEYS and not isinstance(value, dict):
+            raise ExperimentError(f"config.{key}: expected an object of run settings, got {type(value).__name__}.")
+        if key in NUMBER_BOUNDS:
+            low, high = NUMBER_BOUNDS[key]
+            if not _is_number(value) or not low <= value <= high:
+                raise ExperimentError(f"config.{key}: expected a number from {low} to {high}, got {value!r}.")
+        if key == "regression_datasets" and not (
+            isinstance(value, list) and all(isinstance(n, str) and 0 < len(n) <= 200 for n in value)
+        ):
+            raise ExperimentError("config.regression_datasets: expected a list of dataset names.")
+
+
+def experiment_config(overrides: dict) -> dict:
+    """The defaults with the overrides merged in, after checking each override's type and range."""
+    _check_config_shape(overrides)
     merged = copy.deepcopy(DEFAULT_CONFIG)
     for key, value in overrides.items():
         merged[key] = {**merged[key], **value} if isinstance(merged[key], dict) else value
     return merged
+
+
+def _check_stage_configs(full: dict, *, dataset: TaskDataset, verifier_version: VerifierVersion,
+                         model: ModelSpec) -> None:
+    """Validate every stage's run config now, so a bad GRPO setting fails the request, not stage three."""
+    for stage in ("baseline", "sft", "grpo", "held_out"):
+        config = {**full["common"], **full[stage]}
+        try:
+            run_config_check(config, kind=config.get("kind", ""), dataset=dataset,
+                             verifier_version=verifier_version, model=model)
+        except ConfigError as exc:
+            raise ExperimentError(f"config.{stage}: {exc}") from None
 
 
 def experiment_create(
@@ -71,6 +116,7 @@ def experiment_create(
 ) -> Experiment:
     """Create the experiment and start its first stage (after the transaction commits)."""
     full = experiment_config(config or {})
+    _check_stage_configs(full, dataset=dataset, verifier_version=verifier_version, model=model)
     for name_ in full["regression_datasets"]:
         if not TaskDataset.objects.filter(project=project, name=name_).exists():
             raise ExperimentError(f"Regression dataset {name_!r} does not exist in this project.")

@@ -15,7 +15,7 @@ from webapp.runs.models import Checkpoint, Job, ModelSpec, Run
 from webapp.runs.services.jobs import job_create
 from webapp.verifiers.models import VerifierVersion
 
-__all__ = ["ConfigError", "run_create", "run_process_config"]
+__all__ = ["ConfigError", "run_config_check", "run_create", "run_process_config"]
 
 
 def _config_with_links(
@@ -40,6 +40,17 @@ def _config_with_links(
     return merged
 
 
+def run_config_check(
+    config: dict, *, kind: str, dataset: TaskDataset | None = None, verifier_version: VerifierVersion | None = None,
+    model: ModelSpec | None = None, parent_checkpoint: Checkpoint | None = None,
+) -> None:
+    """Raise ConfigError (naming the bad key) unless the config, with its links, is a valid run config."""
+    validate_run_config(_config_with_links(
+        config, kind=kind, dataset=dataset, dataset_path="tasks.jsonl" if dataset else None,
+        verifier_version=verifier_version, model=model, parent_checkpoint=parent_checkpoint,
+    ))
+
+
 @transaction.atomic
 def run_create(
     *, project: Project, name: str, kind: str, config: dict, actor, dataset: TaskDataset | None = None,
@@ -47,11 +58,8 @@ def run_create(
     parent_checkpoint: Checkpoint | None = None, start: bool = True,
 ) -> tuple[Run, Job | None]:
     """Validate the config (ConfigError names the bad key), save the run, and queue its job."""
-    validate_run_config(_config_with_links(
-        config, kind=kind, dataset=dataset, dataset_path="tasks.jsonl" if dataset else None,
-        verifier_version=verifier_version,
-        model=model, parent_checkpoint=parent_checkpoint,
-    ))
+    run_config_check(config, kind=kind, dataset=dataset, verifier_version=verifier_version, model=model,
+                     parent_checkpoint=parent_checkpoint)
     run = Run.objects.create(
         project=project, name=name, kind=kind, config=config, dataset=dataset, verifier_version=verifier_version,
         model=model, parent_checkpoint=parent_checkpoint, created_by=actor,

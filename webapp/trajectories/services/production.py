@@ -52,33 +52,55 @@ def _validate(items: list[ProductionItem]) -> None:
             raise ProductionLogError(f"Item {i} ({item.key!r}): `task.messages` must be a list of chat messages.")
 
 
+def _keyed_items(items: list[ProductionItem]) -> dict[str, ProductionItem]:
+    """Items by key, in order; a key repeated in the batch is the same run logged twice: the first wins."""
+    keyed: dict[str, ProductionItem] = {}
+    for item in items:
+        keyed.setdefault(item.key or uuid.uuid4().hex, item)
+    return keyed
+
+
+def _production_row(project: Project, key: str, item: ProductionItem) -> Trajectory:
+    return Trajectory(
+        project=project, task_key=key, split="production", source="production", turns=item.turns,
+        task_snapshot=item.task, flags=["truncated"] if item.truncated else [], latency_ms=item.latency_ms,
+        tokens_in=item.tokens_in, tokens_out=item.tokens_out,
+    )
+
+
 @transaction.atomic
 def production_trajectories_log(
     *, project: Project, items: list[ProductionItem], verifier: Verifier | None = None
 ) -> LogResult:
-    """Store the items (skipping keys already logged) and queue their verification."""
+    """Store the items (skipping keys already logged) and queue their verification.
+
+    Idempotent by key, also under concurrency: the unique key (project, task_key) of
+    production rows and ON CONFLICT DO NOTHING make a second copy impossible, and the
+    project row's lock orders concurrent batches, so each one's `created` count and
+    verify job cover exactly the rows it stored.
+    """
     _validate(items)
     if verifier is not None and verifier.project_id != project.pk:
         raise ProductionLogError("The verifier belongs to another project.")
-    keys = [item.key or uuid.uuid4().hex for item in items]
-    existing = {
-        t.task_key: t for t in Trajectory.objects.filter(project=project, source="production", task_key__in=keys)
-    }
-    fresh = [
-        Trajectory(
-            project=project, task_key=key, split="production", source="production", turns=item.turns,
-            task_snapshot=item.task, flags=["truncated"] if item.truncated else [], latency_ms=item.latency_ms,
-            tokens_in=item.tokens_in, tokens_out=item.tokens_out,
-        )
-        for key, item in zip(keys, items, strict=True)
-        if key not in existing
-    ]
-    Trajectory.objects.bulk_create(fresh)
-    stored = {t.task_key: t for t in Trajectory.objects.filter(project=project, source="production", task_key__in=keys)}
+    Project.objects.select_for_update().filter(pk=project.pk).first()
+    keys = [item.key or "" for item in items]
+    keyed = _keyed_items(items)
+    existing = set(
+        Trajectory.objects.filter(project=project, source="production", task_key__in=list(keyed))
+        .values_list("task_key", flat=True)
+    )
+    fresh_keys = [key for key in keyed if key not in existing]
+    Trajectory.objects.bulk_create([_production_row(project, key, keyed[key]) for key in fresh_keys],
+                                   ignore_conflicts=True)
+    stored = {t.task_key: t for t in Trajectory.objects.filter(project=project, source="production",
+                                                               task_key__in=list(keyed))}
     job = None
     version = verifier.latest_version if verifier is not None else None
-    if version is not None and fresh:
+    if version is not None and fresh_keys:
         job = job_create(project=project, kind="verify", payload={
-            "verifier_version_id": version.pk, "trajectory_ids": [stored[t.task_key].pk for t in fresh],
+            "verifier_version_id": version.pk, "trajectory_ids": [stored[key].pk for key in fresh_keys],
         })
-    return LogResult(trajectories=[stored[k] for k in keys], created=len(fresh), job=job)
+    given = set(keys)
+    generated = iter(key for key in keyed if key not in given)
+    ordered = [stored[key] if key else stored[next(generated)] for key in keys]
+    return LogResult(trajectories=ordered, created=len(fresh_keys), job=job)
