@@ -1,15 +1,18 @@
+"""Verifiers are view-only here: every configuration is an immutable, audited version made by the services."""
+
 from django.contrib import admin
 
+from webapp.projects.admin import ViewOnlyAdmin, ViewOnlyTabularInline
 from webapp.verifiers.models import Verifier, VerifierVersion
 
 
-class VerifierVersionInline(admin.TabularInline):
+class VerifierVersionInline(ViewOnlyTabularInline):
     model = VerifierVersion
-    extra = 0
-    readonly_fields = ["version", "config", "kind_version", "content_hash", "created_at", "created_by"]
+    fields = ["version", "config", "kind_version", "content_hash", "created_at", "created_by"]
 
 
 @admin.register(Verifier)
-class VerifierAdmin(admin.ModelAdmin):
+class VerifierAdmin(ViewOnlyAdmin):
     list_display = ["name", "kind", "project", "created_at"]
+    list_select_related = ["project"]
     inlines = [VerifierVersionInline]
