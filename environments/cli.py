@@ -75,12 +75,28 @@ def cmd_generate(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- score
 
 
+def _is_inline_config(spec: str) -> bool:
+    """`NAME:{...}`: a spec carrying JSON is never a path. Why ask first: a long inline
+    config (a python verifier's code) is no valid file name, and looking it up on disk
+    raises OSError (File name too long) instead of parsing it."""
+    _, sep, raw = spec.partition(":")
+    return bool(sep) and raw.lstrip()[:1] in ("{", "[")
+
+
+def _is_file(path: Path) -> bool:
+    """Path.is_file that answers False for names the OS refuses (too long, NUL bytes)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def parse_verifier_spec(spec: str | None, env: str) -> tuple[str, dict[str, Any]]:
     """`NAME`, `NAME:{json config}`, or a JSON file holding {"name", "config"} or a bare config."""
     if not spec:
         return env, {}
     path = Path(spec)
-    if spec.endswith(".json") or path.is_file():
+    if not _is_inline_config(spec) and (spec.endswith(".json") or _is_file(path)):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -193,9 +209,22 @@ def _result_line(task: Task, result: VerifyResult) -> dict[str, Any]:
 
 def _build_verifier(args: argparse.Namespace) -> Verifier:
     name, config = parse_verifier_spec(args.verifier, args.env)
-    if args.state:
-        config = {**config, "state_dir": args.state}
-    return get_verifier(name, config)
+    verifier = get_verifier(name, config)
+    if not args.state:
+        return verifier
+    if not _takes_state_dir(verifier):
+        raise ConfigError(
+            f"--state applies to the workplace verifier only; verifier {name!r} takes no "
+            "state folder, so drop --state (or score with --verifier workplace)"
+        )
+    return get_verifier(name, {**config, "state_dir": args.state})
+
+
+def _takes_state_dir(verifier: Verifier) -> bool:
+    """Whether --state means anything to this verifier: its schema has `state_dir`.
+    Why ask: passing it blindly made others fail on "unknown config key(s) state_dir"."""
+    schema = getattr(verifier, "config_schema", None) or {}
+    return "state_dir" in schema.get("properties", {})
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -248,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     score = sub.add_parser("score", help="score rows of a JSONL file; results on stdout")
     score.add_argument("--env", required=True, help="environment name; the default verifier")
-    score.add_argument("--state", help="workplace: folder of the five seed CSVs")
+    score.add_argument("--state", help="workplace verifier only: folder of the five seed CSVs")
     score.add_argument("--verifier", help='NAME, NAME:{"json": "config"}, or a JSON file')
     score.add_argument("file", help="Crucible JSONL or NeMo Gym rollout JSONL")
     score.set_defaults(func=cmd_score)

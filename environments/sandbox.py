@@ -10,11 +10,15 @@ Layers, strongest available first (the result's `isolation` says which ran):
   filesystem is /usr and the Python install mounted read-only plus a private
   size-capped /tmp; as root, the runner then drops to a random unprivileged uid
   of its own, so RLIMIT_NPROC applies and /proc of other processes is closed.
+  Without root, bwrap runs in a user namespace of its own and, where bwrap has
+  --disable-userns (0.8+), the code cannot create further user namespaces.
 - "unshare": util-linux unshare (network and pid namespaces) when bwrap is
   missing; the host filesystem stays visible (read-only only through file modes).
 - "rlimits-only": a plain child process; only the limits below apply.
 In every mode the child gets an empty environment (PATH and LANG only), rlimits
-on address space, file size, processes and CPU, a wall-clock timeout that kills
+on address space, file size, processes and CPU, a seccomp filter that makes
+namespace, mount, ptrace, keyring, BPF, module and similar syscalls fail with
+EPERM (see _sandbox_runner.SYSCALL_NUMBERS), a wall-clock timeout that kills
 its whole process group, and a cap on captured output; its answer is read back
 as one JSON line and validated.
 
@@ -276,6 +280,19 @@ def _mode_works(mode: str) -> bool:
     return probe.returncode == 0
 
 
+def _warn_without_syscall_filter(status: Any) -> None:
+    """Say once per process when the runner could not install its seccomp filter:
+    the code still runs (the other layers hold), but an operator should know."""
+    global _warned_about_syscall_filter
+    if status == "installed" or _warned_about_syscall_filter:
+        return
+    _warned_about_syscall_filter = True
+    logger.warning("sandbox: no seccomp syscall filter in the sandbox (%s)", status)
+
+
+_warned_about_syscall_filter = False
+
+
 def _python() -> str:
     return os.path.realpath(sys.executable)
 
@@ -327,12 +344,36 @@ def _bwrap_prefix(limits: SandboxLimits) -> list[str]:
         ["--chdir", "/tmp", "--clearenv"],
     ]
     options += [["--setenv", name, value] for name, value in CHILD_ENV.items()]
-    if os.geteuid() == 0:
-        # No user namespace: the runner keeps just enough privilege to drop to its own uid.
-        options.append(["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"])
-    else:
-        options.append(["--unshare-user"])
+    options.append(_bwrap_user_options())
     return ["bwrap", *itertools.chain.from_iterable(options)]
+
+
+def _bwrap_user_options() -> list[str]:
+    """How the sandbox gets rid of root, and whether nested user namespaces are closed.
+
+    As root there is no user namespace: the runner keeps just enough privilege to drop
+    to a uid of its own (so RLIMIT_NPROC counts only its processes), and the seccomp
+    filter alone stops it from creating namespaces. Otherwise bwrap makes a user
+    namespace, and --disable-userns (where this bwrap has it) also closes the nested
+    ones at the kernel's level, a second layer under the filter.
+    """
+    if os.geteuid() == 0:
+        return ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    if _bwrap_can_disable_userns():
+        return ["--unshare-user", "--disable-userns"]
+    return ["--unshare-user"]
+
+
+@functools.cache
+def _bwrap_can_disable_userns() -> bool:
+    """Whether --disable-userns works here, tried once. Why try rather than read the
+    version: bwrap before 0.8.0 refuses the unknown option, and some setups cannot
+    apply it; either way bwrap must stay usable, with the seccomp filter as the guard."""
+    probe = ["bwrap", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "true"]
+    try:
+        return subprocess.run(probe, env=CHILD_ENV, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def _python_roots() -> list[str]:
@@ -416,6 +457,7 @@ class _Worker:
         if isinstance(answer, SandboxResult):
             return answer
         if answer.get("ready") is True:
+            _warn_without_syscall_filter(answer.get("syscall_filter"))
             return None
         return self._result_from_answer(answer)
 

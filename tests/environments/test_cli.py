@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from environments.cli import parse_verifier_spec, reward_histogram
+from environments.cli import build_parser, cmd_score, parse_verifier_spec, reward_histogram
 from environments.json_tool_call import make_task
 from environments.registry import ConfigError
 from environments.types import ToolCall, ToolSpec, Trajectory
@@ -133,6 +133,58 @@ def test_verifier_file_with_bare_config_uses_env_name(tmp_path: Path) -> None:
 def test_bad_inline_config_raises_config_error(spec: str) -> None:
     with pytest.raises(ConfigError, match="json_tool_call"):
         parse_verifier_spec(spec, "json_tool_call")
+
+
+# A python verifier long enough (over 255 bytes) that, tried as a file name, it is too long.
+LONG_PYTHON_CODE = (
+    "def verify(task, trajectory):\n"
+    '    """Pass when the last assistant turn names Paris; the padding makes the spec long."""\n'
+    + "".join(f"    unused_{n} = {n}  # padding line {n}\n" for n in range(12))
+    + '    last = [t for t in trajectory["turns"] if t["role"] == "assistant"][-1]\n'
+    + '    return 1.0 if "Paris" in (last.get("content") or "") else 0.0\n'
+)
+LONG_PYTHON_SPEC = "python:" + json.dumps({"code": LONG_PYTHON_CODE})
+
+
+def test_long_inline_config_is_parsed_not_looked_up_as_a_path() -> None:
+    assert len(LONG_PYTHON_SPEC) > 300
+    assert parse_verifier_spec(LONG_PYTHON_SPEC, "json_tool_call") == ("python", {"code": LONG_PYTHON_CODE})
+    huge = "json_tool_call:" + json.dumps({"mode": "strict", "_": "x" * 5000})
+    with pytest.raises(ConfigError) as raised:
+        parse_verifier_spec(huge[:-1], "json_tool_call")  # bad JSON: a config error, no OSError
+    assert "not valid JSON" in str(raised.value)
+
+
+def test_score_with_a_long_inline_python_verifier(tmp_path: Path) -> None:
+    rows = write_rows(tmp_path / "rows.jsonl", [GOOD, "no idea"])
+    proc = run_cli("score", "--env", "json_tool_call", "--verifier", LONG_PYTHON_SPEC, str(rows))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert [json.loads(line)["reward"] for line in proc.stdout.splitlines()] == [1.0, 0.0]
+
+
+def test_state_with_a_verifier_that_takes_none_says_what_it_is_for(tmp_path: Path) -> None:
+    rows = write_rows(tmp_path / "rows.jsonl", [GOOD])
+    proc = run_cli(
+        "score", "--env", "json_tool_call", "--verifier", LONG_PYTHON_SPEC,
+        "--state", str(tmp_path), str(rows),
+    )
+    assert proc.returncode == 2
+    assert "--state applies to the workplace verifier only" in proc.stderr
+    assert "unknown config key" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_state_still_reaches_the_workplace_verifier(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("environments.workplace")
+    built = []
+    monkeypatch.setattr("environments.cli.get_verifier", lambda name, config: built.append((name, config)) or _FakeVerifier())
+    args = build_parser().parse_args(["score", "--env", "workplace", "--state", "/seed/csv", str(tmp_path / "absent")])
+    assert cmd_score(args) == 2  # the input file is missing; the verifier was built first
+    assert built[-1] == ("workplace", {"state_dir": "/seed/csv"})
+
+
+class _FakeVerifier:
+    config_schema = {"type": "object", "properties": {"state_dir": {"type": "string"}}}
 
 
 def test_reward_histogram_bins_many_distinct_values() -> None:
