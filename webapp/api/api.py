@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.core.exceptions import PermissionDenied
 from ninja import NinjaAPI
 from ninja.errors import HttpError
 from ninja.responses import Status
 
 from webapp.api.auth import API_AUTH
+from webapp.api.bounds import Text
 from webapp.api.experiments import router as experiments_router
 from webapp.api.schemas import ErrorOut, JobIn, JobOut, ProjectOut
 from webapp.api.trajectories import router as trajectories_router
@@ -16,6 +19,8 @@ from webapp.projects.models import Role
 from webapp.projects.selectors import project_list_for_user
 from webapp.runs.models import Job
 from webapp.runs.services.jobs import job_create, job_request_cancel
+
+logger = logging.getLogger("webapp.api")
 
 api = NinjaAPI(title="Crucible API", version="1", auth=API_AUTH, urls_namespace="api")
 api.add_router("/", trajectories_router)
@@ -41,7 +46,7 @@ def get_project(request, slug: str):
 
 
 @api.get("/projects/{slug}/jobs", response=list[JobOut], tags=["jobs"])
-def list_jobs(request, slug: str, state: str | None = None, limit: int = 100):
+def list_jobs(request, slug: str, state: Text(16) | None = None, limit: int = 100):
     project = get_project_or_404(request.user, slug)
     jobs = for_user(Job.objects.filter(project=project), request.user)
     if state:
@@ -77,3 +82,12 @@ def cancel_job(request, job_id: int):
 @api.exception_handler(PermissionDenied)
 def permission_denied(request, exc):
     return api.create_response(request, {"detail": str(exc) or "Permission denied."}, status=403)
+
+
+@api.exception_handler(Exception)
+def unexpected_error(request, exc):
+    """A bug still answers JSON, as the rest of the API does; the traceback goes to the log only."""
+    logger.error("Unhandled error in %s %s", request.method, request.path, exc_info=exc)
+    return api.create_response(
+        request, {"detail": "Internal error: the request could not be completed. It has been logged; "
+                            "if it keeps happening, report it with the time of the request."}, status=500)

@@ -8,6 +8,7 @@ Redis for teams; the code path is the same.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -33,6 +34,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "django_htmx",
+    # Serves Swagger UI's JS/CSS for /api/docs from our static files (no CDN, no inline script).
+    "ninja",
+    "axes",
     "webapp.projects",
     "webapp.datasets",
     "webapp.verifiers",
@@ -44,16 +48,22 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # A NUL or a lone surrogate in the URL is refused here with a 400, before any view
+    # can put it into a query (PostgreSQL would answer it with an error, i.e. a 500).
+    "webapp.dashboard.middleware.UnstorableUrlMiddleware",
     # Serves collected static files (plotly.js, htmx, CSS) in production without a proxy.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "webapp.api.throttle.BadTokenThrottleMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "webapp.dashboard.middleware.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes asks: turns a lockout into the "try again in …" response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "webapp.config.urls"
@@ -108,6 +118,34 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# Throttling. The client address is REMOTE_ADDR; behind N reverse proxies that append to
+# X-Forwarded-For (nginx: proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for),
+# set CRUCIBLE_TRUSTED_PROXY_COUNT=N. Default 0: the header is ignored (it can be forged).
+CRUCIBLE_TRUSTED_PROXY_COUNT = env_int("CRUCIBLE_TRUSTED_PROXY_COUNT", 0, minimum=0)
+
+# Failed logins (django-axes, counted in the database so all processes share them): after
+# CRUCIBLE_LOGIN_FAILURE_LIMIT failures for one user name from one address, that pair is
+# refused (429, with when to retry) for CRUCIBLE_LOGIN_COOLOFF_MINUTES, right password included.
+AUTHENTICATION_BACKENDS = [
+    "webapp.projects.throttle.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("CRUCIBLE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("CRUCIBLE_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# The lock runs from the failure that reached the limit; tries during it do not extend it.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_CLIENT_IP_CALLABLE = "webapp.projects.throttle.client_ip"
+AXES_LOCKOUT_CALLABLE = "webapp.projects.throttle.login_lockout_response"
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_VERBOSE = False  # no banner on every start; lockouts are still logged
+
+# Bad API tokens: CRUCIBLE_TOKEN_FAILURE_LIMIT within CRUCIBLE_TOKEN_COOLOFF_SECONDS from one
+# address, then every bearer request from it gets 429 + Retry-After for that long.
+CRUCIBLE_TOKEN_FAILURE_LIMIT = env_int("CRUCIBLE_TOKEN_FAILURE_LIMIT", 10, minimum=1)
+CRUCIBLE_TOKEN_COOLOFF_SECONDS = env_int("CRUCIBLE_TOKEN_COOLOFF_SECONDS", 600, minimum=1)
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:home"
@@ -191,4 +229,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # django-axes logs every successful login at INFO; lockouts are warnings and stay visible.
+    "loggers": {"axes": {"level": "WARNING"}},
 }
