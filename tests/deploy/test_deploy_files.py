@@ -9,6 +9,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,11 @@ INSTALL_ROOT = "/opt/crucible"
 WEB_COMMANDS = [
     "python manage.py migrate --noinput",
     "python manage.py collectstatic --noinput",
-    "gunicorn webapp.config.wsgi:application --bind 0.0.0.0:8000 --workers 3",
+    "gunicorn --config deploy/gunicorn.conf.py webapp.config.wsgi:application",
 ]
+GUNICORN_CONF = DEPLOY / "gunicorn.conf.py"
+NGINX = DEPLOY / "nginx"
+NGINX_SNIPPET = "snippets/crucible-proxy.conf"
 CPU_WORKER_COMMAND = "celery -A webapp.config worker -Q default,verify -l INFO --concurrency 2"
 GPU_WORKER_COMMAND = (
     "celery -A webapp.config worker -Q train,rollout -l INFO --concurrency 1"
@@ -198,7 +202,7 @@ def test_every_start_script_has_a_process_in_compose_and_systemd():
 def test_compose_has_the_stack_services():
     services = load_compose()["services"]
 
-    assert set(services) == {"postgres", "redis", *SERVICE_SCRIPTS}
+    assert set(services) == {"postgres", "redis", "proxy", *SERVICE_SCRIPTS}
     assert services["postgres"]["image"] == "postgres:16"
     assert services["redis"]["image"] == "redis:7"
     for name in ("postgres", "redis"):
@@ -358,3 +362,221 @@ def test_env_example_documents_every_setting_with_a_comment():
         assert lines[index - 1].startswith("# "), f"{name} has no comment line above it"
         assert not value.startswith(("'", '"')), f"{name}: systemd and compose keep quotes"
     assert not any(line.startswith("export ") for line in lines)
+
+
+# Serving: gunicorn's workers and the reverse proxy in front (issue 23: three slow clients must
+# not stop the site; bench/slow_clients.py measures it)
+
+
+def gunicorn_settings(config: Path = GUNICORN_CONF, **web_env: str) -> tuple[int, dict[str, str]]:
+    """(exit status, {setting: value}) as gunicorn reads `config`, in an environment without the
+    caller's WEB_* variables plus `web_env`; "output" holds what gunicorn printed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WEB_")}
+    env.update(web_env)
+    result = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "--print-config", "--config", str(config),
+         "webapp.config.wsgi:application"],
+        capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=60,
+    )
+    settings = dict(re.findall(r"^(\w+)\s+= (.*)$", result.stdout, re.M))
+    settings["output"] = result.stdout + result.stderr
+    return result.returncode, settings
+
+
+def nginx_directives(path: Path) -> dict[str, list[str]]:
+    """Every one-line `name value;` directive of an nginx file (comments left out), by name."""
+    text = re.sub(r"#.*", "", path.read_text())
+    found: dict[str, list[str]] = {}
+    for name, value in re.findall(r"^\s*([a-z_0-9]+)\s+([^;{}\n]*?)\s*;", text, re.M):
+        found.setdefault(name, []).append(value)
+    return found
+
+
+def nginx_seconds(value: str) -> int:
+    match = re.fullmatch(r"(\d+)(s|m)?", value)
+    assert match, f"unexpected nginx duration {value!r}"
+    return int(match[1]) * (60 if match[2] == "m" else 1)
+
+
+def test_web_script_runs_gunicorn_with_threads_not_sync_workers(tmp_path):
+    _, _, calls = run_start_script("web.sh", tmp_path)
+    arguments = re.findall(r"\[([^\]]*)\]", calls[-1][2])
+    config = REPO_ROOT / arguments[arguments.index("--config") + 1]
+
+    status, settings = gunicorn_settings(config)
+
+    assert status == 0, settings["output"]
+    assert settings["worker_class"] == "gthread"
+    assert int(settings["workers"]) >= 2
+    # More requests at once than the old three sync workers, several per process.
+    assert int(settings["threads"]) >= 8
+    # A process whose threads are all busy stops taking connections; others answer them.
+    assert int(settings["threads"]) < int(settings["worker_connections"]) <= 2 * int(settings["threads"])
+    assert settings["bind"] == "['0.0.0.0:8000']"  # what the compose proxy connects to
+    assert 0 < int(settings["timeout"]) <= 120
+    assert int(settings["graceful_timeout"]) < seconds(load_compose()["services"]["web"]["stop_grace_period"])
+
+
+def test_gunicorn_workers_threads_and_timeouts_come_from_web_variables():
+    status, settings = gunicorn_settings(
+        WEB_WORKERS="5", WEB_THREADS="4", WEB_TIMEOUT="45", WEB_KEEPALIVE="7",
+        WEB_GRACEFUL_TIMEOUT="20", WEB_BIND="127.0.0.1:9000",
+    )
+
+    assert status == 0, settings["output"]
+    assert (settings["workers"], settings["threads"], settings["timeout"]) == ("5", "4", "45")
+    assert (settings["keepalive"], settings["graceful_timeout"]) == ("7", "20")
+    assert settings["bind"] == "['127.0.0.1:9000']"
+    assert settings["worker_class"] == "gthread"
+
+
+def test_sync_workers_stay_sync():
+    """gunicorn would run sync workers with more than one thread as gthread ones."""
+    status, settings = gunicorn_settings(WEB_WORKER_CLASS="sync", WEB_THREADS="8")
+
+    assert status == 0, settings["output"]
+    assert (settings["worker_class"], settings["threads"]) == ("sync", "1")
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("WEB_THREADS", "many", "WEB_THREADS='many' is not a whole number"),
+    ("WEB_WORKERS", "0", "WEB_WORKERS=0 must be at least 1"),
+    ("WEB_WORKER_CLASS", "gevent", "WEB_WORKER_CLASS='gevent': use gthread"),
+])
+def test_gunicorn_refuses_to_start_on_a_bad_web_variable(name, value, message):
+    status, settings = gunicorn_settings(**{name: value})
+
+    assert status != 0
+    assert message in settings["output"]
+
+
+def test_web_variables_are_documented_in_env_example():
+    used = set(re.findall(r"\"(WEB_\w+)\"", GUNICORN_CONF.read_text()))
+    documented = set(re.findall(r"^#?\s*(\w+)=", (DEPLOY / ".env.example").read_text(), re.M))
+
+    assert {"WEB_WORKERS", "WEB_THREADS", "WEB_TIMEOUT", "WEB_KEEPALIVE", "WEB_BIND"} <= used
+    assert used <= documented
+
+
+def test_compose_publishes_only_the_proxy_and_web_sits_behind_it():
+    services = load_compose()["services"]
+    proxy, web = services["proxy"], services["web"]
+    site = nginx_directives(NGINX / "docker.conf")
+
+    assert {name for name, spec in services.items() if spec.get("ports")} == {"proxy"}
+    assert [port.rsplit(":", 1)[-1] for port in proxy["ports"]] == ["80"]
+    assert "web" in proxy["depends_on"]
+    assert re.fullmatch(r"nginx:[\d.]+", proxy["image"]), "the official nginx image, pinned"
+    assert web.get("expose") == ["8000"]
+    # Behind one proxy that appends to X-Forwarded-For: the throttles count per client, not per
+    # proxy address (deploy/.env can say 2 for a load balancer in front).
+    assert web["environment"]["CRUCIBLE_TRUSTED_PROXY_COUNT"] == "${CRUCIBLE_TRUSTED_PROXY_COUNT:-1}"
+    assert site["listen"] == ["80"]
+    # The proxy passes everything to web's gunicorn, looked up on the compose network.
+    assert [value.split()[0] for value in site["server"]] == ["web:8000"]
+    assert site["proxy_pass"] == ["http://crucible_web"]
+    assert site["include"] == [NGINX_SNIPPET]
+    # Mounted where the official image reads its site and where the site includes the snippet.
+    mounts = {volume.split(":")[1]: volume.split(":")[0] for volume in proxy["volumes"]}
+    assert mounts == {
+        "/etc/nginx/conf.d/default.conf": "./nginx/docker.conf",
+        f"/etc/nginx/{NGINX_SNIPPET}": "./nginx/crucible-proxy.conf",
+    }
+    assert all((DEPLOY / source).is_file() for source in mounts.values())
+    assert all(volume.endswith(":ro") for volume in proxy["volumes"])
+
+
+def test_proxy_buffers_whole_requests_and_drops_slow_clients():
+    from django.conf import settings
+
+    snippet = nginx_directives(NGINX / "crucible-proxy.conf")
+
+    assert snippet["proxy_request_buffering"] == ["on"]
+    assert snippet["proxy_buffering"] == ["on"]
+    assert nginx_seconds(*snippet["client_header_timeout"]) <= 30
+    assert nginx_seconds(*snippet["client_body_timeout"]) <= 60
+    # Bodies Django accepts get through; much bigger ones are refused before gunicorn reads them.
+    limit = snippet["client_max_body_size"][0]
+    assert re.fullmatch(r"\d+m", limit)
+    assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE <= int(limit[:-1]) * 2**20 <= 4 * settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    headers = dict(value.split(None, 1) for value in snippet["proxy_set_header"])
+    assert headers["Host"] == "$http_host"
+    assert headers["X-Forwarded-For"] == "$proxy_add_x_forwarded_for"
+    assert headers["Connection"] == '""'
+    assert snippet["proxy_http_version"] == ["1.1"]
+
+
+@pytest.mark.parametrize("site", ["docker.conf", "host.conf"])
+def test_proxy_site_tells_django_the_scheme_and_reuses_connections_briefly(site):
+    directives = nginx_directives(NGINX / site)
+    _, settings = gunicorn_settings()
+
+    assert directives["include"] == [NGINX_SNIPPET]
+    assert [value.split()[0] for value in directives["proxy_set_header"]] == ["X-Forwarded-Proto"]
+    assert "proxy_pass" in directives
+    # nginx stops reusing an idle connection before gunicorn closes it.
+    assert nginx_seconds(*directives["keepalive_timeout"]) < int(settings["keepalive"])
+
+
+def test_systemd_web_listens_on_loopback_for_the_nginx_site_example():
+    unit = (SYSTEMD / "crucible-web.service").read_text()
+    site = nginx_directives(NGINX / "host.conf")
+
+    assert re.findall(r"^Environment=WEB_BIND=(\S+)$", unit, re.M) == ["127.0.0.1:8000"]
+    # One proxy appends to X-Forwarded-For: the throttles take the client's address from it.
+    assert re.findall(r"^Environment=CRUCIBLE_TRUSTED_PROXY_COUNT=(\S+)$", unit, re.M) == ["1"]
+    assert unit.index("Environment=CRUCIBLE_TRUSTED_PROXY_COUNT") < unit.index("EnvironmentFile=")
+    assert site["server"] == ["127.0.0.1:8000"]
+    assert "443 ssl" in site["listen"]
+    assert "deploy/nginx/host.conf" in unit
+
+
+def test_deploy_docs_tell_operators_about_the_proxy():
+    text = (DEPLOY / "MULTI_HOST.md").read_text()
+
+    for needed in ("deploy/nginx/host.conf", "deploy/nginx/crucible-proxy.conf", "WEB_THREADS",
+                   "bench/slow_clients.py", "proxy"):
+        assert needed in text, f"deploy/MULTI_HOST.md does not mention {needed}"
+
+
+def nginx_binary() -> str | None:
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None)
+
+
+@pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed")
+@pytest.mark.parametrize("site", ["docker.conf", "host.conf"])
+def test_nginx_accepts_the_sites(tmp_path, site):
+    """`nginx -t` on each site as the image or a Debian host includes it. Names that resolve only
+    in compose become loopback addresses; nginx before 1.27.3 lacks the upstream's `resolve`."""
+    text = (NGINX / site).read_text()
+    version = subprocess.run([nginx_binary(), "-v"], capture_output=True, text=True).stderr
+    major_minor_patch = tuple(int(part) for part in re.search(r"nginx/(\d+)\.(\d+)\.(\d+)", version).groups())
+    text = text.replace("server web:8000", "server 127.0.0.1:8000")
+    if major_minor_patch < (1, 27, 3):
+        text = text.replace(" resolve;", ";")
+    if "ssl_certificate" in text:
+        if shutil.which("openssl") is None:
+            pytest.skip("openssl not installed: no certificate for the TLS server")
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test",
+             "-keyout", str(tmp_path / "key.pem"), "-out", str(tmp_path / "cert.pem")],
+            check=True, capture_output=True, timeout=60,
+        )
+        text = re.sub(r"ssl_certificate \S+;", f"ssl_certificate {tmp_path / 'cert.pem'};", text)
+        text = re.sub(r"ssl_certificate_key \S+;", f"ssl_certificate_key {tmp_path / 'key.pem'};", text)
+    (tmp_path / "snippets").mkdir()
+    shutil.copy(NGINX / "crucible-proxy.conf", tmp_path / NGINX_SNIPPET)
+    (tmp_path / "site.conf").write_text(text)
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(
+        f"pid {tmp_path / 'nginx.pid'};\nevents {{}}\n"
+        f"http {{\n  include {tmp_path / 'site.conf'};\n}}\n"
+    )
+
+    result = subprocess.run(
+        [nginx_binary(), "-t", "-p", str(tmp_path), "-c", str(conf), "-e", str(tmp_path / "error.log")],
+        capture_output=True, text=True, timeout=30,
+    )
+
+    assert result.returncode == 0, result.stderr
