@@ -20,10 +20,10 @@ def test_login_project_and_jobs(page, live_server, project_team):
     Job.objects.create(project=project_team["project"], kind="noop", state="failed",
                        error="<img src=x onerror=alert(1)>")
     _login(page, live_server, "editor", "pw-editor")
-    page.wait_for_selector("text=Acme agents")
+    page.wait_for_selector("main >> text=Acme agents")
     assert page.locator("text=Other team").count() == 0
-    page.click("text=Acme agents")
-    page.click("text=Jobs")
+    page.click("main >> text=Acme agents")
+    page.click(".sidenav >> text=Jobs")
     row = page.locator("tr.state-failed")
     row.wait_for()
     # The untrusted error text is shown as text, not turned into an element.

@@ -82,3 +82,19 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.target_type}:{self.target_id}"
+
+
+class Theme(models.TextChoices):
+    AUTO = "auto", "Follow the system"
+    LIGHT = "light", "Light"
+    DARK = "dark", "Dark"
+
+
+class UserPreference(models.Model):
+    """Per-user settings of the pages (the theme), kept server-side so every browser agrees."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference")
+    theme = models.CharField(max_length=8, choices=Theme.choices, default=Theme.AUTO)
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.theme})"

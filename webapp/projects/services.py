@@ -10,7 +10,15 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from webapp.projects.models import ApiToken, AuditEvent, Membership, Project, Role
+from webapp.projects.models import (
+    ApiToken,
+    AuditEvent,
+    Membership,
+    Project,
+    Role,
+    Theme,
+    UserPreference,
+)
 
 TOKEN_PREFIX = "cru_"
 
@@ -102,3 +110,10 @@ def api_token_authenticate(raw: str):
 
 def api_token_revoke(*, token: ApiToken) -> None:
     ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+def user_theme_set(*, user, theme: str) -> None:
+    """Remember the user's theme (auto follows the system's light or dark setting)."""
+    if theme not in Theme.values:
+        raise ValueError(f"Unknown theme {theme!r}; choose one of {', '.join(Theme.values)}.")
+    UserPreference.objects.update_or_create(user=user, defaults={"theme": theme})

@@ -1,4 +1,4 @@
-"""Page views: small functions, access through webapp.projects.access only."""
+"""Jobs and workers."""
 
 from __future__ import annotations
 
@@ -6,34 +6,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, role_in
 from webapp.projects.models import Role
-from webapp.projects.selectors import project_list_for_user, project_members
 from webapp.runs.models import Job
 from webapp.runs.services.jobs import job_request_cancel
-
-
-@login_required
-def home(request: HttpRequest) -> HttpResponse:
-    projects = project_list_for_user(request.user)
-    return render(request, "dashboard/home.html", {"projects": projects})
-
-
-@login_required
-def project_overview(request: HttpRequest, slug: str) -> HttpResponse:
-    project = get_project_or_404(request.user, slug)
-    context = {
-        "project": project,
-        "role": role_in(request.user, project),
-        "datasets": project.datasets.all()[:20],
-        "verifiers": project.verifiers.all()[:20],
-        "runs": project.runs.select_related("model")[:20],
-        "jobs": project.jobs.select_related("run")[:10],
-        "members": project_members(project),
-    }
-    return render(request, "dashboard/project_overview.html", context)
 
 
 @login_required
@@ -41,7 +20,9 @@ def job_list(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_project_or_404(request.user, slug)
     jobs = project.jobs.select_related("run")[:200]
     template = "dashboard/_job_rows.html" if request.htmx else "dashboard/job_list.html"
-    return render(request, template, {"project": project, "jobs": jobs, "role": role_in(request.user, project)})
+    breadcrumbs = [(project.name, reverse("dashboard:project", args=[slug])), ("Jobs", None)]
+    return render(request, template, {"project": project, "jobs": jobs, "role": role_in(request.user, project),
+                                      "breadcrumbs": breadcrumbs})
 
 
 @login_required

@@ -1,0 +1,1 @@
+"""Page views, one module per navigation entry: small functions, access through webapp.projects.access."""
