@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from environments.base import Verifier
+from environments.cli_output import run_quietly_into_pipes
 from environments.registry import (
     ConfigError,
     RegistryError,
@@ -285,5 +286,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse and run one command; a reader that stops early (`score ... | head`) ends it quietly."""
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    return run_quietly_into_pipes(lambda: args.func(args))

@@ -58,6 +58,9 @@ class Episode:
 
     completion_* cover every token after the prompt; mask 1 marks tokens the policy generated,
     0 marks tool output and chat-template tokens. completion_logprobs is 0.0 where mask is 0.
+    latency_ms sums, over the episode's turns, each turn's time to its last token
+    (Generation.latency_ms, in that turn's generation batch) and its tool calls' time in the
+    environment: what one request's answer took, as far as the batch it ran in allowed.
     """
 
     task: Task

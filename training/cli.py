@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from environments.cli_output import run_quietly_into_pipes
 from training.config import RUN_CONFIG_SCHEMA, ConfigError, RunConfig, validate_run_config
 from training.events import EventWriter
 
@@ -115,6 +116,11 @@ def export_command(checkpoint: str, out: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; a reader that stops early (`schema | head`) ends it quietly."""
+    return run_quietly_into_pipes(lambda: _dispatch(argv))
+
+
+def _dispatch(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run one job from a run config")

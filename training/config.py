@@ -374,6 +374,16 @@ class RunConfig:
     eval_temperature: float = _field(
         0.0, "Sampling temperature in evaluations; 0 is greedy decoding.", _NON_NEGATIVE_NUMBER
     )
+    eval_latency_tasks: int = _field(
+        8,
+        "Latency probe: the first this many tasks of each evaluation run alone (batch size 1, "
+        "one sample), and latency_p50 / latency_p95 are their latencies: time to each turn's "
+        "last token plus tool time, summed over the episode. Batched trajectories' latency_ms "
+        "includes the whole batch's prefill and per-step cost, so it grows with the batch and "
+        "is not what the metrics or the promotion gate use. With eval_num_samples 1 the probe "
+        "episodes are also those tasks' scored episodes.",
+        _POSITIVE_INT,
+    )
 
     # --- checkpoints -----------------------------------------------------------------------
     checkpoint_interval: int = _field(

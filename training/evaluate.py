@@ -9,6 +9,21 @@ Rates that come from verifier components are averaged over the trajectories whos
 reports that component: valid_json, correct_tool, correct_arguments (json_tool_call and
 workplace report them), execution_success (first of the components execution_success,
 write_success (workplace), schema_valid (json_tool_call: the call would execute)), unsafe.
+
+Latency. A trajectory's latency_ms is its time to last token, summed over its turns, plus its
+tool calls' time (training.agent_loop.Episode), measured in the batch it was generated in.
+In a batch every row waits for the whole batch's prompt prefill and pays each decoding
+step's cost for all rows, so those numbers grow with the batch size and with the prompts
+beside it: they compare completions within a batch, not models. latency_p50 / latency_p95
+therefore come from a latency probe: the first `latency_tasks` tasks of the split
+(eval_latency_tasks in the run config; a split's order is fixed, so every evaluation of a
+split probes the same tasks) each run alone, batch size 1 and one sample, so that each
+latency is that of one request to this model on this device, prefill, decoding, every turn
+and tool call included. The baseline and the candidate of an experiment are evaluated on the
+same split, and the promotion gate compares their probe p95s. With one sample per task the
+probe episodes are those tasks' evaluation episodes (nothing is generated twice); with
+num_samples k > 1 they are extra, timed and not scored. Latency is wall time: compare runs
+measured on the same kind of device.
 """
 
 from __future__ import annotations
@@ -16,7 +31,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +42,9 @@ from training.rollout import RolloutEngine, SamplingParams
 
 EVAL_SEQUENCES_PER_BATCH = 32
 """Sequences generated together in one evaluation batch (prompts x samples)."""
+
+EVAL_LATENCY_TASKS = 8
+"""Tasks per evaluation timed alone (batch size 1) for latency_p50 / latency_p95."""
 
 _EXECUTION_COMPONENTS = ("execution_success", "write_success", "schema_valid")
 
@@ -40,13 +58,16 @@ class EvalSettings:
     max_new_tokens: int = 256
     seed: int | None = 0
     sequences_per_batch: int = EVAL_SEQUENCES_PER_BATCH
+    latency_tasks: int = EVAL_LATENCY_TASKS
+    """First tasks of the split run alone for latency_p50 / p95; 0: no latency metrics."""
 
-    def sampling(self, batch_index: int) -> SamplingParams:
+    def sampling(self, batch_index: int, *, probe: bool = False) -> SamplingParams:
+        """Batch `batch_index`'s sampling; a latency probe draws one sample."""
         seed = None if self.seed is None else self.seed + batch_index
         return SamplingParams(
             temperature=self.temperature,
             max_new_tokens=self.max_new_tokens,
-            n=self.num_samples,
+            n=1 if probe else self.num_samples,
             seed=seed,
         )
 
@@ -57,6 +78,7 @@ def settings_from_config(cfg: Any) -> EvalSettings:
         num_samples=cfg.eval_num_samples,
         max_new_tokens=cfg.max_completion_length,
         seed=cfg.seed,
+        latency_tasks=cfg.eval_latency_tasks,
     )
 
 
@@ -161,10 +183,14 @@ def summarise(
     *,
     num_samples: int,
     seconds: float,
+    latencies: Sequence[float],
 ) -> dict[str, float | None]:
-    """The evaluation metrics of REFERENCE.md over verified episodes."""
+    """The evaluation metrics of REFERENCE.md over verified episodes.
+
+    `latencies` are the latency probe's (milliseconds, batch size 1; see the module
+    docstring), not the scored episodes' in-batch times.
+    """
     rewards = [r.reward for r in results if r.reward is not None]
-    latencies = [e.latency_ms for e in episodes]
     tokens_out = [e.tokens_out for e in episodes]
     metrics: dict[str, float | None] = {
         "success_rate": _mean([float(r.passed) for r in results]),
@@ -198,6 +224,48 @@ def summarise(
 # ---------------------------------------------------------------------------------------
 
 
+def _verify_and_emit(
+    verifier: Verifier,
+    episodes: Sequence[Episode],
+    num_samples: int,
+    events: Any,
+    *,
+    step: int,
+    split: str,
+) -> list[VerifyResult]:
+    """Verify one generate call's episodes (task-major, num_samples each) and emit each."""
+    results = []
+    for position, episode in enumerate(episodes):
+        result = verify_episode(verifier, episode)
+        results.append(result)
+        if events is not None:
+            events.trajectory(
+                **trajectory_fields(
+                    episode,
+                    result,
+                    step=step,
+                    split=split,
+                    sample_index=position % num_samples,
+                    group_id=f"{split}-{step}-{episode.task.id}",
+                )
+            )
+    return results
+
+
+def generation_plan(tasks: Sequence[Task], settings: EvalSettings) -> list[tuple[list[Task], bool]]:
+    """The evaluation's generate calls in order: (tasks, is a latency probe).
+
+    The probe comes first, one task per call, so it is timed alone; with one sample per
+    task it also stands for those tasks' scored episodes, so they are not generated again.
+    """
+    probed = list(tasks[: max(0, settings.latency_tasks)])
+    plan = [([task], True) for task in probed]
+    rest = list(tasks[len(probed) :] if settings.num_samples == 1 else tasks)
+    per_batch = max(1, settings.sequences_per_batch // settings.num_samples)
+    plan += [(rest[i : i + per_batch], False) for i in range(0, len(rest), per_batch)]
+    return plan
+
+
 def evaluate(
     engine: RolloutEngine,
     tokenizer: Any,
@@ -210,39 +278,49 @@ def evaluate(
     events: Any = None,
     step: int = 0,
     split: str = "validation",
+    progress: Callable[[int, int], Any] | None = None,
 ) -> dict[str, float | None]:
-    """Generate, verify and (with `events`) emit every trajectory, then one metric event."""
+    """Generate, verify and (with `events`) emit every trajectory, then one metric event.
+
+    `progress(tasks scored, tasks)` is called after each generate call, for a caller that
+    reports how far a long evaluation has got.
+    """
     started = time.perf_counter()
-    per_batch = max(1, settings.sequences_per_batch // settings.num_samples)
     episodes: list[Episode] = []
     results: list[VerifyResult] = []
-    for index, first in enumerate(range(0, len(tasks), per_batch)):
-        batch = list(tasks[first : first + per_batch])
-        done = run_episodes(engine, tokenizer, env, batch, settings.sampling(index), agent)
-        for position, episode in enumerate(done):
-            result = verify_episode(verifier, episode)
-            episodes.append(episode)
-            results.append(result)
-            if events is not None:
-                events.trajectory(
-                    **trajectory_fields(
-                        episode,
-                        result,
-                        step=step,
-                        split=split,
-                        sample_index=position % settings.num_samples,
-                        group_id=f"{split}-{step}-{episode.task.id}",
-                    )
-                )
+    latencies: list[float] = []
+    scored_tasks = 0
+    for index, (batch, probe) in enumerate(generation_plan(tasks, settings)):
+        done = run_episodes(engine, tokenizer, env, batch, settings.sampling(index, probe=probe), agent)
+        if probe:
+            latencies += [episode.latency_ms for episode in done]
+            if settings.num_samples > 1:
+                continue  # an extra sample, timed and not scored
+        episodes += done
+        results += _verify_and_emit(verifier, done, settings.num_samples, events, step=step, split=split)
+        scored_tasks += len(batch)
+        if progress is not None:
+            progress(scored_tasks, len(tasks))
     metrics = summarise(
-        episodes, results, num_samples=settings.num_samples, seconds=time.perf_counter() - started
+        episodes,
+        results,
+        num_samples=settings.num_samples,
+        seconds=time.perf_counter() - started,
+        latencies=latencies,
     )
     if events is not None:
         events.metric(step, metrics, split=split)
     return metrics
 
 
-def evaluate_job(job: Any, tasks: Sequence[Task], *, step: int, split: str) -> dict[str, Any]:
+def evaluate_job(
+    job: Any,
+    tasks: Sequence[Task],
+    *,
+    step: int,
+    split: str,
+    progress: Callable[[int, int], Any] | None = None,
+) -> dict[str, Any]:
     """Evaluate the job's live model on `tasks` (validation, held-out, or kind eval)."""
     from training.runner import rollout_engine  # runner builds jobs for this module's loop
 
@@ -258,6 +336,7 @@ def evaluate_job(job: Any, tasks: Sequence[Task], *, step: int, split: str) -> d
         events=job.events,
         step=step,
         split=split,
+        progress=progress,
     )
 
 
@@ -276,7 +355,9 @@ def run_eval(job: Any) -> dict[str, Any]:
     tasks = job.data.split(job.cfg.eval_split)
     step = checkpoint_step(job.cfg.init_checkpoint)
     job.events.log(f"evaluating {len(tasks)} tasks of split {job.cfg.eval_split!r} at step {step}")
-    job.events.progress(0, 1)
-    metrics = evaluate_job(job, tasks, step=step, split=job.cfg.eval_split)
-    job.events.progress(1, 1)
+    job.events.progress(0, max(1, len(tasks)))
+    # Progress in tasks scored: an evaluation can take minutes, and a person watching the
+    # job (or `crucible_experiment`) should see it move.
+    metrics = evaluate_job(job, tasks, step=step, split=job.cfg.eval_split, progress=job.events.progress)
+    job.events.progress(max(1, len(tasks)), max(1, len(tasks)))
     return {"step": step, "metrics": metrics}

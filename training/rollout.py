@@ -11,12 +11,19 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StaticCache
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    StaticCache,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from training.models import autocast_context
@@ -69,6 +76,13 @@ class Generation:
 
     completion_ids ends at (and includes) the first stop token when finish_reason is "stop";
     logprobs[i] is the log-probability of completion_ids[i] at the sampling temperature.
+
+    latency_ms is the time to this completion's last token: wall time from the start of the
+    generate call that produced it (prompt prefill included) to the step that produced its
+    stop token, or its last token when it ran to max_new_tokens. A short completion batched
+    with a long one gets its own, shorter time, but every row of a batch shares the batch's
+    prefill and per-step cost, so compare latencies of equal batch sizes only (the
+    evaluation's latency_p50 / latency_p95 are measured at batch size 1: training.evaluate).
     """
 
     prompt_ids: list[int]
@@ -129,40 +143,64 @@ class _TokenLogprobRecorder(LogitsProcessor):
     generate passes custom processors the logits before temperature / top-p warping. The token
     sampled at step t is only known at step t+1 (the last column of input_ids), so each call
     gathers the previous step's log-probs and keeps this step's for the next call: memory stays
-    at one (batch, vocab) tensor instead of one per generated token. It also notes when each
-    row first emitted a stop token, for per-completion latency.
+    at one (batch, vocab) tensor instead of one per generated token.
     """
 
-    def __init__(self, temperature: float, stops: Sequence[int], start: float) -> None:
+    def __init__(self, temperature: float) -> None:
         self.temperature = temperature
-        self.stops = torch.tensor(list(stops))
-        self.start = start
         self.pending: torch.Tensor | None = None  # (N, V) log-probs of the last step
         self.gathered: list[torch.Tensor] = []  # per step: (N,)
-        self.finished_at: torch.Tensor | None = None  # (N,) seconds, nan while running
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self.finished_at is None:
-            self.finished_at = torch.full((input_ids.shape[0],), float("nan"))
-        else:
+        if self.pending is not None:
             self._collect(input_ids[:, -1])
         self.pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)  # (N, V)
         return scores
 
     def _collect(self, chosen: torch.Tensor) -> None:
-        assert self.pending is not None and self.finished_at is not None
+        assert self.pending is not None
         self.gathered.append(self.pending.gather(1, chosen[:, None]).squeeze(1).cpu())
-        stopped = torch.isin(chosen.cpu(), self.stops) & self.finished_at.isnan()
-        self.finished_at[stopped] = time.perf_counter() - self.start
 
-    def finish(self, last_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N, T) log-probs and (N,) finish times in seconds, once generation returned."""
-        if self.pending is None or self.finished_at is None:
+    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
+        """(N, T) log-probs, once generation returned."""
+        if self.pending is None:
             raise RuntimeError("generate produced no tokens")
         self._collect(last_tokens)
         self.pending = None
-        elapsed = time.perf_counter() - self.start
-        return torch.stack(self.gathered, dim=1), self.finished_at.nan_to_num(elapsed)
+        return torch.stack(self.gathered, dim=1)
+
+
+class _FinishClock(StoppingCriteria):
+    """Notes when each row produced its last token; never stops a row itself.
+
+    generate calls its stopping criteria right after appending each step's token, so the
+    clock reads the time a stop token was produced, not one forward pass later (a logits
+    processor only sees a step's token at the next step). Rows that never stop end at the
+    final step. `clock` is injectable so tests can count forward passes instead of seconds.
+    """
+
+    def __init__(self, stops: Sequence[int], clock: Callable[[], float]) -> None:
+        self.stops = torch.tensor(list(stops))
+        self.clock = clock
+        self.start = clock()
+        self.finished_at: torch.Tensor | None = None  # (N,) seconds after start, nan while running
+        self.last_step_at = 0.0
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        newest = input_ids[:, -1].cpu()  # first: the copy waits for a GPU to finish the step
+        now = self.clock() - self.start
+        if self.finished_at is None:
+            self.finished_at = torch.full((input_ids.shape[0],), float("nan"), dtype=torch.float64)
+        stopped = torch.isin(newest, self.stops) & self.finished_at.isnan()
+        self.finished_at[stopped] = now
+        self.last_step_at = now
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def seconds(self) -> torch.Tensor:
+        """(N,) seconds from the start to each row's last token."""
+        if self.finished_at is None:
+            raise RuntimeError("generate produced no tokens")
+        return self.finished_at.nan_to_num(self.last_step_at)
 
 
 def cache_kwarg(model: Any) -> str:
@@ -206,6 +244,8 @@ class HFGenerateEngine:
     The prompts are encoded once: a forward pass fills the KV cache for the B prompts, the
     cache is copied n times into a preallocated cache, and generate continues from it, so the
     prompt is not recomputed for each of the n samples and the cache never grows by copying.
+
+    `clock` times each completion's latency_ms (time.perf_counter; tests pass a counter).
     """
 
     def __init__(
@@ -216,12 +256,14 @@ class HFGenerateEngine:
         *,
         autocast: bool = False,
         share_prefill: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.autocast = autocast
         self.share_prefill = share_prefill
+        self.clock = clock
         self.stops = stop_token_ids(tokenizer, model)
         self.pad_id = padding_id(tokenizer, model)
 
@@ -257,8 +299,8 @@ class HFGenerateEngine:
         n = params.n
         if params.dropout:  # each sample's own dropout noise, from its prompt on: no shared prefill
             ids, mask, n = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0), 1
-        start = time.perf_counter()
-        recorder = _TokenLogprobRecorder(params.logprob_temperature, self.stops, start)
+        clock = _FinishClock(self.stops, self.clock)  # started before the prompt's prefill
+        recorder = _TokenLogprobRecorder(params.logprob_temperature)
         extra: dict[str, Any] = {}
         with autocast_context(self.device, self.autocast):
             if self._prefills(ids, n):
@@ -268,12 +310,12 @@ class HFGenerateEngine:
                 attention_mask=mask.repeat_interleave(n, dim=0),
                 generation_config=self._generation_config(params),
                 logits_processor=LogitsProcessorList([recorder]),
+                stopping_criteria=StoppingCriteriaList([clock]),
                 **extra,
             )
         sequences = out if isinstance(out, torch.Tensor) else out.sequences  # (B*n, L+T)
         completions = sequences[:, ids.shape[1] :].cpu()  # (B*n, T)
-        logprobs, seconds = recorder.finish(completions[:, -1])
-        return completions, logprobs, seconds
+        return completions, recorder.finish(completions[:, -1]), clock.seconds()
 
     def _prefills(self, ids: torch.Tensor, n: int) -> bool:
         """Prefill ourselves when it saves work: n copies of a prompt, or a cache we can preallocate."""

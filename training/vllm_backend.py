@@ -8,6 +8,10 @@ lora     a peft model: its adapter is saved to a fresh folder and used through a
 weights  a full model: its state dict is loaded into vLLM's model in place, and the prefix
          cache is reset (cached prompt KV computed with the old weights would be wrong).
 
+Each completion's latency_ms is its request's time to last token as vLLM's per-request stats
+report it (queued to last token; see `request_seconds`), the same quantity HFGenerateEngine
+measures per row; the n completions of one prompt are one request and share it.
+
 Log-probs are requested as "processed_logprobs", i.e. after temperature scaling, which is
 what the trainer computes (log_softmax(logits / T)); with top_p < 1 vLLM renormalises over
 the kept tokens, so keep top_p = 1 when generation log-probs stand in for logp_old.
@@ -77,6 +81,9 @@ class VLLMEngine:
             llm_kwargs.update(
                 enable_lora=True, max_lora_rank=_vllm_lora_rank(lora_rank), max_loras=1
             )
+        # vLLM keeps per-request timestamps (RequestOutput.metrics) only with stats on;
+        # without them every completion's latency would be the whole call's.
+        llm_kwargs.setdefault("disable_log_stats", False)
         self.llm = vllm.LLM(
             model=str(model_dir),
             tokenizer=str(model_dir),
@@ -163,9 +170,12 @@ class VLLMEngine:
             lora_request=self._lora_request,
             use_tqdm=False,
         )
-        latency_ms = (time.perf_counter() - started) * 1000.0
+        whole_call = time.perf_counter() - started
         return [
-            [self._generation(ids, completion, latency_ms) for completion in output.outputs]
+            [
+                self._generation(ids, completion, request_seconds(output, whole_call) * 1000.0)
+                for completion in output.outputs
+            ]
             for ids, output in zip(prompt_ids, outputs, strict=True)
         ]
 
@@ -183,6 +193,31 @@ class VLLMEngine:
             finish_reason="stop" if completion.finish_reason == "stop" else "length",
             latency_ms=latency_ms,
         )
+
+
+# (start, end) attribute pairs of vLLM's per-request stats, newest vLLM first: V1's
+# RequestStateStats (monotonic timestamps), then V0's RequestMetrics (wall clock), whose
+# last_token_time some versions never advance past arrival_time, hence finished_time.
+_REQUEST_SPANS = (
+    ("queued_ts", "last_token_ts"),
+    ("arrival_time", "last_token_time"),
+    ("arrival_time", "finished_time"),
+)
+
+
+def request_seconds(output: Any, fallback: float) -> float:
+    """Seconds from a request's arrival to its last token, from `output.metrics`.
+
+    Per-request timing is what makes a short completion's latency shorter than a long one's
+    in the same generate call; where this vLLM version reports none (metrics None or
+    incomplete), the whole call's time (`fallback`) stands in.
+    """
+    metrics = getattr(output, "metrics", None)
+    for start_name, end_name in _REQUEST_SPANS:
+        start, end = getattr(metrics, start_name, None), getattr(metrics, end_name, None)
+        if isinstance(start, int | float) and isinstance(end, int | float) and end > start:
+            return float(end - start)
+    return fallback
 
 
 def _lora_rank(model: Any) -> int:

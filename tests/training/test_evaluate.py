@@ -10,6 +10,7 @@ from environments.json_tool_call import JsonToolCallEnvironment, JsonToolCallVer
 from training.data import load_tasks
 from training.evaluate import EvalSettings, evaluate, pass_at_k
 from training.events import EventWriter, read_events
+from training.models import tiny_llama
 from training.rollout import Generation
 
 
@@ -83,10 +84,11 @@ def test_k_samples_give_pass_at_k_and_distinct_sample_indices(tokenizer, tasks, 
     def script(i, j):  # task i passes only on sample j == i % 3 (never for i % 3 == 2)
         return (_right(tasks[i]) if j == i % 3 else "no"), "stop"
 
+    # latency_tasks=0: a latency probe's extra calls would shift the script's prompt count.
     with EventWriter(tmp_path) as events:
         metrics = evaluate(ScriptedEngine(tokenizer, script), tokenizer, JsonToolCallEnvironment(),
                            JsonToolCallVerifier(), tasks,
-                           EvalSettings(temperature=1.0, num_samples=2), events=events)
+                           EvalSettings(temperature=1.0, num_samples=2, latency_tasks=0), events=events)
     assert metrics["pass@2"] == pytest.approx(4 / 6)
     assert metrics["success_rate"] == pytest.approx(4 / 12)
     written, _ = read_events(tmp_path / "events.jsonl")
@@ -134,3 +136,106 @@ def test_unsafe_rate_reward_tokens_latency_and_execution_metrics(tokenizer, task
     tokens = [len(tokenizer.encode(texts[i], add_special_tokens=False)) + 1 for i in range(6)]  # + EOS
     assert metrics["tokens_mean"] == pytest.approx(sum(tokens) / 6)
     assert metrics["latency_p50"] == metrics["latency_p95"] == 10.0  # one sample each: 10 ms
+
+
+class BatchTimedEngine(ScriptedEngine):
+    """Every completion's latency is 10 ms per sequence in its call, as when a batch's cost is
+    shared by all its rows; it logs each call's (prompts, samples)."""
+
+    def __init__(self, tokenizer, script):
+        super().__init__(tokenizer, script)
+        self.log = []
+
+    def generate_ids(self, prompt_ids, params):
+        groups = super().generate_ids(prompt_ids, params)
+        self.log.append((len(prompt_ids), params.n))
+        for gen in (g for group in groups for g in group):
+            gen.latency_ms = 10.0 * len(prompt_ids) * params.n
+        return groups
+
+
+@pytest.fixture(scope="module")
+def many_tasks(json_tasks_file):
+    return [t for t in load_tasks(json_tasks_file) if t.split == "train"][:16]
+
+
+def _run(engine, tokenizer, tasks, settings, tmp_path=None):
+    if tmp_path is None:
+        return evaluate(engine, tokenizer, JsonToolCallEnvironment(), JsonToolCallVerifier(), tasks, settings)
+    with EventWriter(tmp_path) as events:
+        return evaluate(engine, tokenizer, JsonToolCallEnvironment(), JsonToolCallVerifier(), tasks, settings,
+                        events=events)
+
+
+def test_latency_percentiles_come_from_the_batch_one_probe_not_the_batch_size(tokenizer, many_tasks):
+    """In-batch latencies grow with the batch (here 10 ms per row); the metrics do not."""
+    def script(i, j):
+        return _right(many_tasks[i]), "stop"
+
+    by_batch = {}
+    for per_batch in (1, 8):
+        engine = BatchTimedEngine(tokenizer, script)
+        by_batch[per_batch] = _run(engine, tokenizer, many_tasks, EvalSettings(sequences_per_batch=per_batch))
+        assert engine.log[:8] == [(1, 1)] * 8, "the first 8 tasks are probed alone"
+    assert by_batch[1]["latency_p95"] == by_batch[8]["latency_p95"] == 10.0
+    assert by_batch[1]["success_rate"] == by_batch[8]["success_rate"] == 1.0
+
+
+def test_with_k_samples_the_probe_is_timed_apart_and_not_scored(tokenizer, many_tasks, tmp_path):
+    def script(i, j):
+        return "no", "stop"
+
+    engine = BatchTimedEngine(tokenizer, script)
+    settings = EvalSettings(temperature=1.0, num_samples=2, sequences_per_batch=8, latency_tasks=3)
+    metrics = _run(engine, tokenizer, many_tasks, settings, tmp_path)
+    assert engine.log == [(1, 1)] * 3 + [(4, 2)] * 4  # 3 probes alone, then every task 2 x 4 per call
+    assert metrics["num_trajectories"] == 32 and metrics["latency_p95"] == 10.0
+    written, _ = read_events(tmp_path / "events.jsonl")
+    assert sum(e["type"] == "trajectory" for e in written) == 32
+    assert {e["latency_ms"] for e in written if e["type"] == "trajectory"} == {80.0}  # in-batch times
+
+
+def test_no_probe_means_no_latency_metrics_and_progress_counts_tasks(tokenizer, many_tasks):
+    calls = []
+    settings = EvalSettings(sequences_per_batch=8, latency_tasks=0)
+    metrics = evaluate(BatchTimedEngine(tokenizer, lambda i, j: ("no", "stop")), tokenizer,
+                       JsonToolCallEnvironment(), JsonToolCallVerifier(), many_tasks, settings,
+                       progress=lambda done, total: calls.append((done, total)))
+    assert metrics["latency_p50"] is None and metrics["latency_p95"] is None
+    assert calls == [(8, 16), (16, 16)]
+
+
+class TokenCostClock:
+    """Reads the tokens the model has processed so far (prompt and generated, padding too):
+    the time of a compute-bound device, where a batch's every step costs all of its rows,
+    without the noise of wall time on a shared machine."""
+
+    def __init__(self, model):
+        self.tokens = 0
+        self.handle = model.register_forward_hook(self._count, with_kwargs=True)
+
+    def _count(self, _module, args, kwargs, _output):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self.tokens += ids.numel()
+
+    def __call__(self) -> float:
+        return float(self.tokens)
+
+
+def test_tiny_model_latency_p95_does_not_scale_with_the_eval_batch(tokenizer, json_tasks_file, tmp_path):
+    """The real engine (shared prefill, StaticCache): batched 16 at a time, each row's time to
+    last token is many times its time alone; latency_p95 stays that of the probe."""
+    from training.rollout import HFGenerateEngine
+
+    model = tiny_llama(tokenizer, seed=0)
+    clock = TokenCostClock(model)
+    engine = HFGenerateEngine(model, tokenizer, clock=clock)
+    tasks = [t for t in load_tasks(json_tasks_file) if t.split == "train"][:24]
+    metrics = {}
+    for per_batch in (1, 16):
+        settings = EvalSettings(max_new_tokens=8, sequences_per_batch=per_batch)
+        metrics[per_batch] = _run(engine, tokenizer, tasks, settings, tmp_path / str(per_batch))
+    assert metrics[1]["latency_p95"] == metrics[16]["latency_p95"] > 0
+    written, _ = read_events(tmp_path / "16" / "events.jsonl")
+    in_batch = [e["latency_ms"] for e in written if e["type"] == "trajectory"][8:]  # after the probe
+    assert min(in_batch) > 8 * metrics[16]["latency_p95"], "in a batch of 16 a row waits for all 16"

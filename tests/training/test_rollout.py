@@ -157,6 +157,41 @@ def test_completions_stop_at_the_first_eos_and_keep_it(tokenizer):
     assert all(g.latency_ms > 0 for g in gens)
 
 
+class ForwardCounter:
+    """A clock that reads the model's forward passes so far: latency in passes, not seconds."""
+
+    def __init__(self, model):
+        self.count = 0
+        model.register_forward_hook(self._tick)
+
+    def _tick(self, *_args):
+        self.count += 1
+
+    def __call__(self) -> float:
+        return float(self.count)
+
+
+@pytest.mark.parametrize("share_prefill", [True, False])
+def test_latency_is_each_completions_time_to_its_last_token(tokenizer, share_prefill):
+    """A completion's latency counts the passes up to the one that produced its last token.
+
+    So a short completion batched with longer ones gets a smaller latency than they do, and
+    its stop token is timed when it was produced, not one pass later. share_prefill=True
+    takes the preallocated StaticCache path (one prompt pass of our own before generate).
+    """
+    model = eos_biased_model(tokenizer, bias=11.0)
+    clock = ForwardCounter(model)
+    engine = HFGenerateEngine(model, tokenizer, share_prefill=share_prefill, clock=clock)
+    groups = engine.generate(PROMPTS, SamplingParams(temperature=1.0, max_new_tokens=12, n=8, seed=0))
+    gens = [g for group in groups for g in group]
+    prefill = 1 if share_prefill else 0
+    assert [g.latency_ms for g in gens] == [1000.0 * (prefill + len(g.completion_ids)) for g in gens]
+    short = min(gens, key=lambda g: len(g.completion_ids))
+    long = max(gens, key=lambda g: len(g.completion_ids))
+    assert short.finish_reason == "stop" and len(short.completion_ids) < len(long.completion_ids)
+    assert short.latency_ms < long.latency_ms
+
+
 def test_seed_reproduces_samples_without_touching_global_rng(tokenizer, tiny_model):
     engine = HFGenerateEngine(tiny_model, tokenizer)
     params = SamplingParams(temperature=1.0, max_new_tokens=6, n=2, seed=42)
@@ -203,6 +238,20 @@ def test_base_state_dict_strips_lora_and_loads_into_a_plain_model(tokenizer):
     fresh.load_state_dict(weights, strict=True)
     for key, value in fresh.state_dict().items():
         assert torch.equal(value, original[key]), key
+
+
+def test_vllm_latency_is_each_requests_time_to_last_token():
+    """vLLM's per-request stats give each request its own latency; without them, the call's."""
+    from types import SimpleNamespace as NS
+
+    from training.vllm_backend import request_seconds
+
+    v1 = NS(metrics=NS(arrival_time=1.7e9, queued_ts=100.0, last_token_ts=100.25))
+    v0_stale = NS(metrics=NS(arrival_time=50.0, last_token_time=50.0, finished_time=52.0))
+    assert request_seconds(v1, fallback=9.0) == pytest.approx(0.25)
+    assert request_seconds(v0_stale, fallback=9.0) == pytest.approx(2.0)
+    assert request_seconds(NS(metrics=None), fallback=9.0) == 9.0
+    assert request_seconds(NS(metrics=NS(queued_ts=None, last_token_ts=3.0)), fallback=9.0) == 9.0
 
 
 def _vllm_available() -> bool:

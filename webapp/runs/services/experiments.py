@@ -271,7 +271,12 @@ class Gate:
 
 
 def promotion_gates(experiment: Experiment) -> list[Gate]:
-    """Held-out success beats the baseline by the margin; no more unsafe actions; latency within the ratio."""
+    """Held-out success beats the baseline by the margin; no more unsafe actions; latency within the ratio.
+
+    latency_p95 is the evaluation's latency probe (training.evaluate): the split's first tasks
+    run alone at batch size 1, so the gate compares the two models, not the batch sizes or
+    prompt counts their evaluations happened to use.
+    """
     base, cand = experiment.stages["baseline"]["run"], experiment.stages["held_out"]["run"]
     margin, ratio = experiment.config["success_margin"], experiment.config["latency_p95_max_ratio"]
 
@@ -284,7 +289,7 @@ def promotion_gates(experiment: Experiment) -> list[Gate]:
     b, c = metric(base, "unsafe_action_rate"), metric(cand, "unsafe_action_rate")
     gates.append(Gate("unsafe actions", b, c, "candidate <= baseline", b is not None and c is not None and c <= b))
     b, c = metric(base, "latency_p95"), metric(cand, "latency_p95")
-    gates.append(Gate("latency p95", b, c, f"candidate <= {ratio} x baseline",
+    gates.append(Gate("latency p95", b, c, f"candidate <= {ratio} x baseline (batch-1 probe)",
                       b is not None and c is not None and c <= b * ratio))
     for name in experiment.config["regression_datasets"]:
         b = metric(experiment.stages[f"regression:{name}:baseline"]["run"], "success_rate")
