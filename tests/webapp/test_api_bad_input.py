@@ -153,3 +153,16 @@ batch = st.fixed_dictionaries({"trajectories": st.lists(trajectory, max_size=3) 
 def test_production_logging_never_answers_5xx(client, world, body):
     response = _send(client, world["token"], "POST", f"/api/projects/{world['slug']}/trajectories", body)
     assert response.status_code < 500, (body, response.content[:300])
+
+
+def test_schema_errors_come_back_by_field(client, world):
+    body = {"trajectories": [{"id": "a", "turns": [{"role": "assistant", "content": "x"}], "tokens_in": -1,
+                              "tokens_out": "many"}]}
+    response = _send(client, world["token"], "POST", f"/api/projects/{world['slug']}/trajectories", body)
+    assert response.status_code == 422
+    errors = response.json()["errors"]
+    assert set(errors) == {"trajectories.0.tokens_in", "trajectories.0.tokens_out"}
+    assert "greater than or equal to 0" in errors["trajectories.0.tokens_in"]
+    assert "trajectories.0.tokens_in: " in response.json()["detail"]
+    query = _send(client, world["token"], "GET", f"/api/projects/{world['slug']}/trajectories?offset=-1")
+    assert list(query.json()["errors"]) == ["offset"]

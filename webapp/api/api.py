@@ -6,28 +6,26 @@ import logging
 
 from django.core.exceptions import PermissionDenied
 from ninja import NinjaAPI
-from ninja.errors import HttpError
-from ninja.responses import Status
+from ninja.errors import ValidationError
 
 from webapp.api.auth import API_AUTH
-from webapp.api.bounds import Text
+from webapp.api.checkpoints import router as checkpoints_router
 from webapp.api.experiments import router as experiments_router
-from webapp.api.schemas import ErrorOut, JobIn, JobOut, ProjectOut
+from webapp.api.jobs import router as jobs_router
+from webapp.api.runs import router as runs_router
+from webapp.api.schemas import ErrorOut, ProjectOut
 from webapp.api.trajectories import router as trajectories_router
-from webapp.projects.access import for_user, get_object_or_404_for_user, get_project_or_404, role_in
-from webapp.projects.models import Role
+from webapp.projects.access import get_project_or_404, role_in
 from webapp.projects.selectors import project_list_for_user
-from webapp.runs.models import Job
-from webapp.runs.services.jobs import job_create, job_request_cancel
 
 logger = logging.getLogger("webapp.api")
 
 api = NinjaAPI(title="Crucible API", version="1", auth=API_AUTH, urls_namespace="api")
 api.add_router("/", trajectories_router)
 api.add_router("/", experiments_router)
-
-# Job kinds a script may start directly; training kinds are started through runs.
-DIRECT_JOB_KINDS = {"noop"}
+api.add_router("/", runs_router)
+api.add_router("/", checkpoints_router)
+api.add_router("/", jobs_router)
 
 
 @api.get("/projects", response=list[ProjectOut], tags=["projects"])
@@ -45,43 +43,29 @@ def get_project(request, slug: str):
                       role=role_in(request.user, project))
 
 
-@api.get("/projects/{slug}/jobs", response=list[JobOut], tags=["jobs"])
-def list_jobs(request, slug: str, state: Text(16) | None = None, limit: int = 100):
-    project = get_project_or_404(request.user, slug)
-    jobs = for_user(Job.objects.filter(project=project), request.user)
-    if state:
-        jobs = jobs.filter(state=state)
-    return list(jobs[: max(1, min(limit, 1000))])
-
-
-@api.post("/projects/{slug}/jobs", response={201: JobOut, 400: ErrorOut}, tags=["jobs"])
-def create_job(request, slug: str, body: JobIn):
-    project = get_project_or_404(request.user, slug, Role.EDITOR)
-    if body.kind not in DIRECT_JOB_KINDS:
-        raise HttpError(400, f"Job kind {body.kind!r} cannot be started directly; allowed: {sorted(DIRECT_JOB_KINDS)}. "
-                             "Start training and evaluation jobs by creating a run.")
-    return Status(201, job_create(project=project, kind=body.kind, payload=body.payload))
-
-
-@api.get("/jobs/{job_id}", response=JobOut, tags=["jobs"])
-def get_job(request, job_id: int):
-    return get_object_or_404_for_user(Job.objects.all(), request.user, pk=job_id)
-
-
-@api.post("/jobs/{job_id}/cancel", response={200: JobOut, 409: ErrorOut}, tags=["jobs"])
-def cancel_job(request, job_id: int):
-    job = get_object_or_404_for_user(Job.objects.all(), request.user, Role.EDITOR, pk=job_id)
-    try:
-        return job_request_cancel(job=job)
-    except ValueError as exc:
-        return Status(409, ErrorOut(detail=str(exc)))
-
-
-
-
 @api.exception_handler(PermissionDenied)
 def permission_denied(request, exc):
     return api.create_response(request, {"detail": str(exc) or "Permission denied."}, status=403)
+
+
+def _field_name(loc: list | tuple) -> str:
+    """A pydantic error location as the dotted field a client sent: body.trajectories.0.tokens_in -> trajectories.0.tokens_in."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "form", "header", "cookie"):
+        source, parts = parts[0], parts[1:]
+        if source == "body" and len(parts) > 1:
+            parts = parts[1:]  # the view's parameter name (`body`), not a field of the request
+    return ".".join(parts) or "request"
+
+
+@api.exception_handler(ValidationError)
+def validation_error(request, exc: ValidationError):
+    """422 with one message and the errors by field, the same shape on every endpoint (pages show them per field)."""
+    errors: dict[str, str] = {}
+    for error in exc.errors:
+        errors.setdefault(_field_name(error.get("loc", ())), str(error.get("msg", "invalid")))
+    detail = "; ".join(f"{field}: {message}" for field, message in errors.items())
+    return api.create_response(request, {"detail": detail, "errors": errors}, status=422)
 
 
 @api.exception_handler(Exception)

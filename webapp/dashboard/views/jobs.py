@@ -1,4 +1,4 @@
-"""Jobs and workers."""
+"""Jobs and workers: queues at a glance, every job with its attempts, the workers alive."""
 
 from __future__ import annotations
 
@@ -6,32 +6,69 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, role_in
+from webapp.api.pagination import CursorError, Page
+from webapp.dashboard.views.common import breadcrumbs_for, has_page, query_without_after
+from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, has_role
 from webapp.projects.models import Role
-from webapp.runs.models import Job
-from webapp.runs.services.jobs import job_request_cancel
+from webapp.runs.job_selectors import UnknownJobState, job_list, queue_summary, worker_list
+from webapp.runs.models import Job, JobState
+from webapp.runs.services.jobs import job_request_cancel, job_retry
+
+
+def _filters(request: HttpRequest) -> dict[str, str]:
+    """The table's filters from the query string, cut to their columns' lengths."""
+    return {name: request.GET.get(name, "")[:32] for name in ("state", "queue", "kind")}
 
 
 @login_required
-def job_list(request: HttpRequest, slug: str) -> HttpResponse:
+def job_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_project_or_404(request.user, slug)
-    jobs = project.jobs.select_related("run")[:200]
-    template = "dashboard/_job_rows.html" if request.htmx else "dashboard/job_list.html"
-    breadcrumbs = [(project.name, reverse("dashboard:project", args=[slug])), ("Jobs", None)]
-    return render(request, template, {"project": project, "jobs": jobs, "role": role_in(request.user, project),
-                                      "breadcrumbs": breadcrumbs})
+    filters = _filters(request)
+    error = None
+    try:
+        page = job_list(project, state=filters["state"] or None, queue=filters["queue"] or None,
+                        kind=filters["kind"] or None, after=request.GET.get("after") or None, limit=50)
+    except (UnknownJobState, CursorError) as exc:
+        page, error = Page(items=[], next_cursor=None), str(exc)
+    context = {
+        "project": project, "jobs": page.items, "page": page, "filters": filters, "filter_error": error,
+        "query": query_without_after(request), "can_edit": has_role(request.user, project, Role.EDITOR),
+        "run_links": has_page("dashboard:run_detail"),
+    }
+    if request.htmx:
+        return render(request, "dashboard/_job_rows.html", context)
+    context.update(queues=queue_summary(project), workers=worker_list(limit=100).items, states=JobState.choices,
+                   breadcrumbs=breadcrumbs_for(project, ("Jobs", None)))
+    return render(request, "dashboard/job_list.html", context)
+
+
+def _job_for_editor(request: HttpRequest, slug: str, job_id: int) -> Job:
+    return get_object_or_404_for_user(Job.objects.all(), request.user, Role.EDITOR, pk=job_id, project__slug=slug)
 
 
 @login_required
 @require_POST
 def job_cancel(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
-    job = get_object_or_404_for_user(Job.objects.all(), request.user, Role.EDITOR, pk=job_id, project__slug=slug)
+    job = _job_for_editor(request, slug, job_id)
     try:
         job_request_cancel(job=job)
         messages.success(request, f"Cancellation of job {job.pk} requested.")
     except ValueError as exc:
         messages.error(request, str(exc))
     return redirect("dashboard:job_list", slug=slug)
+
+
+@login_required
+@require_POST
+def job_retry_view(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
+    job = _job_for_editor(request, slug, job_id)
+    try:
+        job_retry(job=job)
+        messages.success(request, f"Job {job.pk} queued again.")
+    except ValueError as exc:
+        messages.error(request, str(exc))
+    return redirect("dashboard:job_list", slug=slug)
+
+

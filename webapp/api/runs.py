@@ -1,0 +1,405 @@
+"""API for runs and their metric series (the run pages read the same selectors).
+
+Viewers read; editors create, cancel and retry; non-members get 404 on everything,
+the series included. Field errors answer 422 as {"detail": message, "errors":
+{field: message}}, the field named as the request names it (`config.learning_rate`,
+`dataset`, `names`), so a form can show each error beside its field.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any
+
+from django.db.models import QuerySet
+from ninja import Field, Query, Router, Schema
+from ninja.responses import Status
+
+from webapp.api.bounds import Count, JsonObject, RowId, Step, Text
+from webapp.api.pagination import MAX_PAGE, CursorError
+from webapp.api.schemas import ErrorOut, JobOut
+from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
+from webapp.projects.models import Project, Role
+from webapp.runs.models import FINAL_JOB_STATES, Checkpoint, JobState, Run, RunKind, RunStatus
+from webapp.runs.selectors import (
+    DEFAULT_RUN_SORT,
+    RUN_SORTS,
+    X_AXES,
+    RunDetail,
+    SeriesError,
+    metric_names,
+    metric_series,
+    run_detail,
+    run_headline_metrics,
+    run_latest_job,
+    run_list,
+)
+from webapp.runs.series import DEFAULT_BUCKETS
+from webapp.runs.services.jobs import job_request_cancel, job_retry
+from webapp.runs.services.run_config import ConfigError, run_create
+
+router = Router(tags=["runs"])
+
+MAX_SERIES_NAMES = 20
+METRIC_NAME_LENGTH = 128  # MetricPoint.name
+RETRYABLE_JOB_STATES = (JobState.FAILED, JobState.CANCELLED)
+
+
+# ---------------------------------------------------------------------------------------
+# Schemas
+# ---------------------------------------------------------------------------------------
+
+
+class FieldErrorsOut(Schema):
+    detail: str
+    errors: dict[str, str] = {}
+
+
+class RefIn(Schema):
+    name: Text(200, min_length=1)
+    version: Count | None = Field(None, description="A version number; omitted: the latest.")
+
+
+class RunIn(Schema):
+    name: Text(200, min_length=1)
+    kind: RunKind
+    config: JsonObject = Field({}, description="A training run config (see training/config.py's schema).")
+    dataset: Text(200, min_length=1) | RefIn | None = Field(None, description="A name, or {name, version}.")
+    verifier: Text(200, min_length=1) | RefIn | None = Field(None, description="A name, or {name, version}.")
+    model: Text(200, min_length=1) | None = Field(None, description="The name of one of the project's models.")
+    parent_checkpoint_id: RowId | None = None
+
+
+class RefOut(Schema):
+    id: int
+    name: str
+    version: int
+
+
+class RunOut(Schema):
+    id: int
+    name: str
+    kind: str
+    status: str
+    stage: str
+    dataset: RefOut | None
+    verifier: RefOut | None
+    model: str | None
+    parent_checkpoint_id: int | None
+    experiment_id: int | None
+    created_by: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    headline: dict[str, float | None] = Field(description="Latest value per headline metric key (split/name).")
+
+
+class RunPageOut(Schema):
+    items: list[RunOut]
+    next: str | None = Field(description="Pass as `after` for the next page; null on the last page.")
+
+
+class CheckpointOut(Schema):
+    id: int
+    step: int
+    kind: str
+    storage_uri: str
+    metrics: dict
+    created_at: datetime
+
+
+class RunDetailOut(RunOut):
+    config: dict
+    job: JobOut | None = Field(description="The run's latest job: the one cancel and retry act on.")
+    checkpoints: list[CheckpointOut]
+    eta_seconds: float | None
+
+
+class MetricNameOut(Schema):
+    split: str
+    name: str
+
+
+class MetricNamesOut(Schema):
+    names: list[MetricNameOut]
+
+
+class SeriesOut(Schema):
+    x: list[int | float] = Field(description="Steps (integers), seconds (x=wall) or tokens (x=tokens).")
+    y: list[float]
+    points: int = Field(description="Stored points in the requested range (before downsampling).")
+    downsampled: bool
+
+
+class SeriesSetOut(Schema):
+    x: str
+    split: str
+    series: dict[str, SeriesOut]
+    last_step: int | None = Field(description="Highest step returned (or the `since` sent): the next `since`.")
+
+
+class RunFilters(Schema):
+    kind: RunKind | None = None
+    status: RunStatus | None = None
+    dataset: Text(200) | None = Field(None, description="Dataset name (every version).")
+    model: Text(200) | None = Field(None, description="Model name.")
+    creator: Text(150) | None = Field(None, description="User name of whoever created the run.")
+    experiment: RowId | None = None
+    text: Text(200) | None = Field(None, description="Part of the run's name, any case.")
+    sort: Text(16) = Field(DEFAULT_RUN_SORT, description=f"One of {', '.join(RUN_SORTS)}.")
+    after: Text(2000) | None = Field(None, description="The `next` cursor of the previous page.")
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 50
+
+
+class SeriesQuery(Schema):
+    names: Text(MAX_SERIES_NAMES * (METRIC_NAME_LENGTH + 1), min_length=1) = Field(
+        description=f"Metric names, comma-separated (at most {MAX_SERIES_NAMES}).")
+    split: Text(32, min_length=1) = "train"
+    x: Text(8) = Field("step", description="step, wall (seconds since the run's first point) or tokens.")
+    since: Step | None = Field(None, description="Only points after this step (live pages append them).")
+    buckets: Annotated[int, Field(ge=10, le=5000)] = DEFAULT_BUCKETS
+
+
+# ---------------------------------------------------------------------------------------
+# Reads
+# ---------------------------------------------------------------------------------------
+
+
+def _run_queryset() -> QuerySet[Run]:
+    return Run.objects.select_related("dataset", "model", "verifier_version__verifier", "created_by")
+
+
+def _run_for(request, run_id: int, minimum: str = Role.VIEWER) -> Run:
+    """The run if the user may act on it: 404 for non-members, 403 below `minimum`."""
+    return get_object_or_404_for_user(_run_queryset(), request.user, minimum, pk=run_id)
+
+
+def _run_out(run: Run, headline: dict[str, float | None]) -> dict[str, Any]:
+    version = run.verifier_version
+    return {
+        "id": run.pk, "name": run.name, "kind": run.kind, "status": run.status, "stage": run.stage,
+        "dataset": {"id": run.dataset.pk, "name": run.dataset.name, "version": run.dataset.version}
+        if run.dataset else None,
+        "verifier": {"id": version.pk, "name": version.verifier.name, "version": version.version} if version else None,
+        "model": run.model.name if run.model else None, "parent_checkpoint_id": run.parent_checkpoint_id,
+        "experiment_id": run.experiment_id, "created_by": run.created_by.username if run.created_by else None,
+        "created_at": run.created_at, "started_at": run.started_at, "finished_at": run.finished_at,
+        "headline": headline,
+    }
+
+
+def _detail_out(detail: RunDetail) -> dict[str, Any]:
+    return {**_run_out(detail.run, detail.headline), "config": detail.run.config, "job": detail.job,
+            "checkpoints": detail.checkpoints, "eta_seconds": detail.eta_seconds}
+
+
+def _field_error(field: str, message: str, status: int = 422) -> Status:
+    return Status(status, FieldErrorsOut(detail=message, errors={field: message}))
+
+
+@router.get("/projects/{slug}/runs", response={200: RunPageOut, 400: FieldErrorsOut, 422: FieldErrorsOut})
+def list_runs(request, slug: str, filters: Query[RunFilters]):
+    """The project's runs, newest first by default; filters as on the runs page, keyset pages."""
+    project = get_project_or_404(request.user, slug)
+    if filters.sort not in RUN_SORTS:
+        return _field_error("sort", f"Unknown sort {filters.sort!r}; use one of {', '.join(RUN_SORTS)}.")
+    values = filters.dict(exclude={"limit", "after", "sort"})
+    try:
+        page = run_list(project, **values, sort=filters.sort, after=filters.after, limit=filters.limit)
+    except CursorError as exc:
+        return _field_error("after", str(exc), 400)
+    headline = run_headline_metrics(page.items)
+    return {"items": [_run_out(run, headline.get(run.pk, {})) for run in page.items], "next": page.next_cursor}
+
+
+@router.get("/runs/{run_id}", response=RunDetailOut)
+def get_run(request, run_id: RowId):
+    """One run with its config, latest job, checkpoints, headline metrics and ETA."""
+    return _detail_out(run_detail(_run_for(request, run_id)))
+
+
+@router.get("/runs/{run_id}/metrics/names", response=MetricNamesOut)
+def list_metric_names(request, run_id: RowId):
+    """Every (split, name) the run has recorded, for the chart pickers."""
+    run = _run_for(request, run_id)
+    return {"names": [{"split": split, "name": name} for split, name in metric_names(run)]}
+
+
+@router.get("/runs/{run_id}/metrics", response={200: SeriesSetOut, 400: FieldErrorsOut, 422: FieldErrorsOut})
+def get_metric_series(request, run_id: RowId, query: Query[SeriesQuery]):
+    """Chart data: per name, points of one split, downsampled so spikes survive.
+
+    GET /runs/{id}/metrics?names=reward,kl&split=train&x=step&since=120&buckets=666 answers
+    {"x": "step", "split": "train", "last_step": 180,
+     "series": {"reward": {"x": [...], "y": [...], "points": 60, "downsampled": false}, "kl": {...}}}.
+    x and y are the points to draw, in x order: a series of up to max(1,000, 3*buckets+1)
+    points comes whole, a longer one as its first point plus each x bucket's min, max
+    and last point, so a line through them keeps every spike; the default 666 buckets
+    keep any series under 2,000 points. `points` counts the stored points the request
+    matched, `downsampled` says whether some were left out. x is the step (integers),
+    seconds since the run's first recorded point (x=wall; points without a time are
+    left out) or tokens trained so far (x=tokens, the running sum of
+    cost/trained_tokens; 400 naming that metric when the run has none). A name without
+    points gets empty lists. A live page sends `since` = the previous `last_step` and
+    appends each series' x and y to its traces; `last_step` stays `since` when nothing
+    is new.
+    """
+    run = _run_for(request, run_id)
+    if query.x not in X_AXES:
+        return _field_error("x", f"Unknown x axis {query.x!r}; use one of {', '.join(X_AXES)}.")
+    names = list(dict.fromkeys(part.strip() for part in query.names.split(",") if part.strip()))
+    problem = _names_problem(names)
+    if problem:
+        return _field_error("names", problem)
+    try:
+        result = metric_series(run, names, query.split, x=query.x, since_step=query.since, buckets=query.buckets)
+    except SeriesError as exc:
+        return _field_error("x", str(exc), 400)
+    return result
+
+
+def _names_problem(names: list[str]) -> str | None:
+    if not names:
+        return "Give at least one metric name, e.g. names=reward,kl."
+    if len(names) > MAX_SERIES_NAMES:
+        return f"At most {MAX_SERIES_NAMES} names per request, got {len(names)}; ask in several requests."
+    long = next((name for name in names if len(name) > METRIC_NAME_LENGTH), None)
+    if long:
+        return f"Metric names are at most {METRIC_NAME_LENGTH} characters; {long[:40]!r}... is longer."
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Writes
+# ---------------------------------------------------------------------------------------
+
+
+class _BadReference(ValueError):
+    """A body field names something this project does not have."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+# Keys the run config receives from the linked rows rather than from the body's config.
+_LINKED_CONFIG_KEYS = {
+    "kind": "kind", "dataset": "dataset", "environment": "dataset", "verifier": "verifier", "reward": "verifier",
+    "model": "model", "model_gguf_file": "model", "init_checkpoint": "parent_checkpoint_id",
+}
+_QUOTED_KEY = re.compile(r"'([A-Za-z_][\w.\[\]]*)'")
+
+
+def config_error_field(message: str, config: dict) -> str:
+    """The request field a ConfigError is about: `config.<key>` for the key its message quotes.
+
+    training.config names the offending key first, in single quotes ("'learning_rate'
+    must be > 0, got -1", "unknown key 'lr' ..."). A key the body's config does not
+    hold came from a linked row (dataset, verifier, model, parent checkpoint), so the
+    error belongs beside that field instead.
+    """
+    match = _QUOTED_KEY.search(message)
+    if match is None:
+        return "config"
+    key = match.group(1)
+    top = key.split(".")[0].split("[")[0]
+    if top not in config and top in _LINKED_CONFIG_KEYS:
+        return _LINKED_CONFIG_KEYS[top]
+    return f"config.{key}"
+
+
+def _available(queryset: QuerySet, what: str) -> str:
+    names = list(queryset.order_by("name").values_list("name", flat=True).distinct()[:20])
+    return f"available: {', '.join(names)}" if names else f"this project has no {what} yet"
+
+
+def _dataset(project: Project, ref: str | RefIn):
+    name, version = (ref, None) if isinstance(ref, str) else (ref.name, ref.version)
+    versions = project.datasets.filter(name=name).order_by("-version")
+    dataset = versions.filter(version=version).first() if version is not None else versions.first()
+    if dataset is None:
+        if version is not None and versions.exists():
+            raise _BadReference("dataset", f"Dataset {name!r} has no version {version} "
+                                           f"(latest: {versions.first().version}).")
+        raise _BadReference("dataset", f"No dataset named {name!r} in this project ({_available(project.datasets, 'datasets')}).")
+    return dataset
+
+
+def _verifier_version(project: Project, ref: str | RefIn):
+    name, version = (ref, None) if isinstance(ref, str) else (ref.name, ref.version)
+    verifier = project.verifiers.filter(name=name).first()
+    if verifier is None:
+        raise _BadReference("verifier", f"No verifier named {name!r} in this project "
+                                        f"({_available(project.verifiers, 'verifiers')}).")
+    found = verifier.versions.filter(version=version).first() if version is not None else verifier.latest_version
+    if found is None:
+        raise _BadReference("verifier", f"Verifier {name!r} has no version {version}." if version is not None
+                            else f"Verifier {name!r} has no version yet; save its configuration first.")
+    return found
+
+
+def _links(project: Project, body: RunIn) -> dict[str, Any]:
+    """The rows the body names, or _BadReference naming the field that names something missing."""
+    links: dict[str, Any] = {}
+    if body.dataset is not None:
+        links["dataset"] = _dataset(project, body.dataset)
+    if body.verifier is not None:
+        links["verifier_version"] = _verifier_version(project, body.verifier)
+    if body.model is not None:
+        links["model"] = project.model_specs.filter(name=body.model).first()
+        if links["model"] is None:
+            raise _BadReference("model", f"No model named {body.model!r} in this project "
+                                         f"({_available(project.model_specs, 'models')}).")
+    if body.parent_checkpoint_id is not None:
+        links["parent_checkpoint"] = Checkpoint.objects.filter(pk=body.parent_checkpoint_id,
+                                                               run__project=project).first()
+        if links["parent_checkpoint"] is None:
+            raise _BadReference("parent_checkpoint_id",
+                                f"No checkpoint {body.parent_checkpoint_id} among this project's runs.")
+    return links
+
+
+@router.post("/projects/{slug}/runs", response={201: RunDetailOut, 422: FieldErrorsOut})
+def create_run(request, slug: str, body: RunIn):
+    """Validate the config as the run form does, save the run and queue its job (one transaction)."""
+    project = get_project_or_404(request.user, slug, Role.EDITOR)
+    try:
+        run, _job = run_create(project=project, name=body.name, kind=body.kind, config=body.config,
+                               actor=request.user, **_links(project, body))
+    except _BadReference as exc:
+        return _field_error(exc.field, str(exc))
+    except ConfigError as exc:
+        return _field_error(config_error_field(str(exc), body.config), f"Invalid run config: {exc}.")
+    return Status(201, _detail_out(run_detail(_run_queryset().get(pk=run.pk))))
+
+
+@router.post("/runs/{run_id}/cancel", response={200: RunDetailOut, 409: ErrorOut})
+def cancel_run(request, run_id: RowId):
+    """Cancel the run's job: at once if queued, at the worker's next heartbeat if running."""
+    run = _run_for(request, run_id, Role.EDITOR)
+    job = run_latest_job(run)
+    if job is None or job.state in FINAL_JOB_STATES:
+        state = f"its latest job has already {job.state}" if job else "it has no job"
+        return Status(409, ErrorOut(detail=f"Run {run.pk} has nothing to cancel: {state}."))
+    try:
+        job_request_cancel(job=job)
+    except ValueError as exc:
+        return Status(409, ErrorOut(detail=str(exc)))
+    return _detail_out(run_detail(_run_queryset().get(pk=run.pk)))
+
+
+@router.post("/runs/{run_id}/retry", response={200: RunDetailOut, 409: ErrorOut})
+def retry_run(request, run_id: RowId):
+    """Queue the run's failed or cancelled job again; it resumes from its last checkpoint."""
+    run = _run_for(request, run_id, Role.EDITOR)
+    job = run_latest_job(run)
+    if job is None or job.state not in RETRYABLE_JOB_STATES:
+        state = f"its latest job is {job.state}" if job else "it has no job"
+        return Status(409, ErrorOut(detail=f"Run {run.pk} cannot be retried: {state}; only a failed or "
+                                           "cancelled run can be retried."))
+    try:
+        job_retry(job=job)
+    except ValueError as exc:
+        return Status(409, ErrorOut(detail=str(exc)))
+    return _detail_out(run_detail(_run_queryset().get(pk=run.pk)))

@@ -1,0 +1,192 @@
+"""Reads behind the jobs and workers page and its API: queues, jobs, workers.
+
+The Job row is the source of truth for where work stands (DESIGN.md, "Jobs"), so these
+read it directly: a row's heartbeat age and lease say whether its worker is still there
+before the reaper acts. Every list is a keyset page and costs a fixed number of queries.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from webapp.api.pagination import Page, keyset_page
+from webapp.projects.models import Project
+from webapp.runs.models import ACTIVE_JOB_STATES, Job, JobState, WorkerNode
+from webapp.runs.services.jobs import QUEUE_BY_KIND
+from webapp.runs.services.workers import ALIVE_WITHIN, workers_alive
+
+# The queues DESIGN.md names; each is listed even when empty, so "nothing queued" shows.
+KNOWN_QUEUES = tuple(sorted({"default", *QUEUE_BY_KIND.values()}))
+JOB_STATES = tuple(JobState.values)
+
+
+def _age_seconds(then: datetime | None, now: datetime) -> float | None:
+    return None if then is None else (now - then).total_seconds()
+
+
+# ---------------------------------------------------------------------------------------
+# Queues
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One queue: this project's jobs waiting in it and held by workers, and who listens on it.
+
+    running counts claimed and running jobs (a worker holds both). workers_alive counts
+    every alive worker consuming the queue, whatever project it serves: workers are shared.
+    """
+
+    queue: str
+    queued: int
+    running: int
+    workers_alive: int
+
+
+def queue_summary(project: Project) -> list[QueueRow]:
+    """Per queue (the known ones first, then any other in use): counts in one grouped query,
+    alive workers in a second."""
+    counts = {
+        row["queue"]: row
+        for row in Job.objects.filter(project=project, state__in=[JobState.QUEUED, *ACTIVE_JOB_STATES])
+        .values("queue")
+        .annotate(queued=Count("id", filter=Q(state=JobState.QUEUED)),
+                  running=Count("id", filter=Q(state__in=ACTIVE_JOB_STATES)))
+        .order_by("queue")
+    }
+    listeners = Counter(q for queues in workers_alive().values_list("queues", flat=True) for q in (queues or []))
+    names = [*KNOWN_QUEUES, *sorted(set(counts) - set(KNOWN_QUEUES))]
+    return [
+        QueueRow(queue=name, queued=counts.get(name, {}).get("queued", 0),
+                 running=counts.get(name, {}).get("running", 0), workers_alive=listeners.get(name, 0))
+        for name in names
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# Jobs
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as the jobs table shows it.
+
+    heartbeat_age_seconds: since the worker last extended the lease (None before a claim).
+    lease_seconds_left: until the reaper may re-queue it; negative once expired (the
+    worker stopped heartbeating and the next sweep re-queues or fails it).
+    """
+
+    id: int
+    kind: str
+    queue: str
+    state: str
+    attempt: int
+    max_attempts: int
+    attempt_label: str
+    progress: float
+    error: str
+    run_id: int | None
+    run_name: str | None
+    worker: str
+    cancel_requested: bool
+    history: list
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    heartbeat_age_seconds: float | None
+    lease_expires_at: datetime | None
+    lease_seconds_left: float | None
+
+
+class UnknownJobState(ValueError):
+    """A state filter that no job can have (a client error: the message lists the states)."""
+
+
+def job_list(project: Project, *, state: str | None = None, queue: str | None = None, kind: str | None = None,
+             after: str | None = None, limit: int = 100, now: datetime | None = None) -> Page:
+    """A keyset page of JobRow, newest first, in one query (run names joined; log tails and
+    payloads left out: they can be large and the table does not show them).
+
+    Raises UnknownJobState for a state filter outside JobState, CursorError for a foreign cursor.
+    """
+    if state and state not in JOB_STATES:
+        raise UnknownJobState(f"Unknown job state {state!r}; use one of: {', '.join(JOB_STATES)}.")
+    jobs = Job.objects.filter(project=project).select_related("run").defer("log_tail", "payload", "run__config")
+    for field, value in (("state", state), ("queue", queue), ("kind", kind)):
+        if value:
+            jobs = jobs.filter(**{field: value})
+    page = keyset_page(jobs, ordering=["-created_at"], after=after, limit=limit)
+    now = now or timezone.now()
+    return Page(items=[job_row(j, now=now) for j in page.items], next_cursor=page.next_cursor)
+
+
+def job_row(job: Job, *, now: datetime | None = None) -> JobRow:
+    """The table's row for one job (also the API's job detail, with the log tail added there)."""
+    now = now or timezone.now()
+    return JobRow(
+        id=job.pk, kind=job.kind, queue=job.queue, state=job.state, attempt=job.attempt,
+        max_attempts=job.max_attempts, attempt_label=f"{job.attempt}/{job.max_attempts}", progress=job.progress,
+        error=job.error, run_id=job.run_id, run_name=job.run.name if job.run_id else None, worker=job.worker,
+        cancel_requested=job.cancel_requested, history=job.history, created_at=job.created_at,
+        started_at=job.started_at, finished_at=job.finished_at, heartbeat_at=job.heartbeat_at,
+        heartbeat_age_seconds=_age_seconds(job.heartbeat_at, now), lease_expires_at=job.lease_expires_at,
+        lease_seconds_left=None if job.lease_expires_at is None else (job.lease_expires_at - now).total_seconds(),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Workers
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """A Celery worker that announced itself.
+
+    status: "alive" (heartbeat within ALIVE_SECONDS, not stopped), "stopped" (it shut down
+    cleanly) or "lost" (no clean stop, heartbeat too old: killed, host gone, network cut).
+    """
+
+    name: str
+    hostname: str
+    pid: int
+    queues: list
+    concurrency: int
+    gpus: list
+    started_at: datetime
+    heartbeat_at: datetime
+    heartbeat_age_seconds: float
+    stopped_at: datetime | None
+    alive: bool
+    status: str
+
+
+# Workers heartbeat every CRUCIBLE_WORKER_HEARTBEAT_SECONDS (30 s by default,
+# workers/registration.py); services.workers.ALIVE_WITHIN (90 s) tolerates two missed beats,
+# e.g. a busy database, before a worker is shown lost. The same threshold as workers_alive().
+ALIVE_SECONDS = ALIVE_WITHIN.total_seconds()
+
+
+def worker_list(*, after: str | None = None, limit: int = 100, now: datetime | None = None) -> Page:
+    """A keyset page of WorkerRow by name, one query. Workers are global, not per project."""
+    page = keyset_page(WorkerNode.objects.all(), ordering=["name"], after=after, limit=limit)
+    now = now or timezone.now()
+    return Page(items=[worker_row(w, now=now) for w in page.items], next_cursor=page.next_cursor)
+
+
+def worker_row(node: WorkerNode, *, now: datetime) -> WorkerRow:
+    age = _age_seconds(node.heartbeat_at, now)
+    alive = node.stopped_at is None and age <= ALIVE_SECONDS
+    status = "alive" if alive else ("stopped" if node.stopped_at is not None else "lost")
+    return WorkerRow(
+        name=node.name, hostname=node.hostname, pid=node.pid, queues=node.queues, concurrency=node.concurrency,
+        gpus=node.gpus, started_at=node.started_at, heartbeat_at=node.heartbeat_at, heartbeat_age_seconds=age,
+        stopped_at=node.stopped_at, alive=alive, status=status,
+    )
