@@ -21,7 +21,7 @@ from webapp.api.pagination import MAX_PAGE, CursorError
 from webapp.api.schemas import ErrorOut, JobOut
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
 from webapp.projects.models import Project, Role
-from webapp.runs.models import FINAL_JOB_STATES, Checkpoint, JobState, Run, RunKind, RunStatus
+from webapp.runs.models import Checkpoint, Run, RunKind, RunStatus
 from webapp.runs.selectors import (
     DEFAULT_RUN_SORT,
     RUN_SORTS,
@@ -32,18 +32,16 @@ from webapp.runs.selectors import (
     metric_series,
     run_detail,
     run_headline_metrics,
-    run_latest_job,
     run_list,
 )
 from webapp.runs.series import DEFAULT_BUCKETS
-from webapp.runs.services.jobs import job_request_cancel, job_retry
 from webapp.runs.services.run_config import ConfigError, run_create
+from webapp.runs.services.runs import RunActionError, run_cancel, run_retry
 
 router = Router(tags=["runs"])
 
 MAX_SERIES_NAMES = 20
 METRIC_NAME_LENGTH = 128  # MetricPoint.name
-RETRYABLE_JOB_STATES = (JobState.FAILED, JobState.CANCELLED)
 
 
 # ---------------------------------------------------------------------------------------
@@ -378,13 +376,9 @@ def create_run(request, slug: str, body: RunIn):
 def cancel_run(request, run_id: RowId):
     """Cancel the run's job: at once if queued, at the worker's next heartbeat if running."""
     run = _run_for(request, run_id, Role.EDITOR)
-    job = run_latest_job(run)
-    if job is None or job.state in FINAL_JOB_STATES:
-        state = f"its latest job has already {job.state}" if job else "it has no job"
-        return Status(409, ErrorOut(detail=f"Run {run.pk} has nothing to cancel: {state}."))
     try:
-        job_request_cancel(job=job)
-    except ValueError as exc:
+        run_cancel(run=run)
+    except RunActionError as exc:
         return Status(409, ErrorOut(detail=str(exc)))
     return _detail_out(run_detail(_run_queryset().get(pk=run.pk)))
 
@@ -393,13 +387,8 @@ def cancel_run(request, run_id: RowId):
 def retry_run(request, run_id: RowId):
     """Queue the run's failed or cancelled job again; it resumes from its last checkpoint."""
     run = _run_for(request, run_id, Role.EDITOR)
-    job = run_latest_job(run)
-    if job is None or job.state not in RETRYABLE_JOB_STATES:
-        state = f"its latest job is {job.state}" if job else "it has no job"
-        return Status(409, ErrorOut(detail=f"Run {run.pk} cannot be retried: {state}; only a failed or "
-                                           "cancelled run can be retried."))
     try:
-        job_retry(job=job)
-    except ValueError as exc:
+        run_retry(run=run)
+    except RunActionError as exc:
         return Status(409, ErrorOut(detail=str(exc)))
     return _detail_out(run_detail(_run_queryset().get(pk=run.pk)))

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from operator import itemgetter
 
-from django.db.models import FloatField, Func, Min, OuterRef, QuerySet, Subquery
+from django.db.models import F, FloatField, Func, Max, Min, OuterRef, Q, QuerySet, Subquery, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from webapp.api.pagination import Page, keyset_page
@@ -292,3 +293,60 @@ def _tokens_at(steps: list[int], totals: list[float], step: int) -> float:
     """Tokens trained through `step` (0 before the first training step, e.g. validation at 0)."""
     position = bisect.bisect_right(steps, step)
     return totals[position - 1] if position else 0.0
+
+
+@dataclass(frozen=True)
+class LatestMetric:
+    split: str
+    name: str
+    step: int
+    value: float
+
+
+def metric_latest(run: Run) -> list[LatestMetric]:
+    """Each (split, name)'s value at its last step: an eval run's results, a training run's last values.
+
+    Two queries whatever the run's size: the last step per (split, name) from the
+    (run, name, split, step) index, then those points.
+    """
+    lasts = list(MetricPoint.objects.filter(run=run).values("split", "name").annotate(last=Max("step")))
+    if not lasts:
+        return []
+    wanted = Q()
+    for row in lasts:
+        wanted |= Q(split=row["split"], name=row["name"], step=row["last"])
+    points = MetricPoint.objects.filter(run=run).filter(wanted).order_by("split", "name")
+    return [LatestMetric(p.split, p.name, p.step, p.value) for p in points]
+
+
+def run_sparklines(runs: Iterable[Run], *, split: str = "train", name: str = "reward",
+                   points: int = 30) -> dict[int, list[float]]:
+    """The last `points` values of one metric for each run of a table page, oldest first, in one query.
+
+    A window function numbers each run's points from the newest, so a run with 50,000
+    points costs what a run with 30 does (the (run, name, split, step) index serves it).
+    """
+    ids = [run.pk for run in runs]
+    if not ids:
+        return {}
+    newest_first = Window(expression=RowNumber(), partition_by=[F("run_id")], order_by=F("step").desc())
+    rows = (MetricPoint.objects.filter(run_id__in=ids, split=split, name=name)
+            .annotate(rank=newest_first).filter(rank__lte=points).values_list("run_id", "step", "value"))
+    lines: dict[int, list[tuple[int, float]]] = {}
+    for run_id, step, value in rows:
+        lines.setdefault(run_id, []).append((step, value))
+    return {run_id: [v for _, v in sorted(line)] for run_id, line in lines.items()}
+
+
+def metric_best(run: Run) -> dict[tuple[str, str], float]:
+    """The highest value the run reached for each (split, name), in one aggregate query."""
+    rows = MetricPoint.objects.filter(run=run).values("split", "name").annotate(best=Max("value"))
+    return {(row["split"], row["name"]): row["best"] for row in rows}
+
+
+def run_latest_jobs(runs: Iterable[Run]) -> dict[int, Job]:
+    """Each run's latest job (its progress is the run's), for a page of runs in one query."""
+    latest: dict[int, Job] = {}
+    for job in Job.objects.filter(run_id__in=[run.pk for run in runs]).order_by("run_id", "-created_at", "-id"):
+        latest.setdefault(job.run_id, job)
+    return latest

@@ -1,0 +1,326 @@
+// Metric charts: one module for the run page, the compare page and the runs table's sparklines.
+//
+// A chart is a <div data-chart> whose data- attributes say what to draw:
+//   data-runs="4,7"        run ids (one trace per run, each run keeps its colour on every chart)
+//   data-names="reward"    metric names (one trace per name when there is one run)
+//   data-split="train"     the metrics' split
+//   data-band="reward_std" optional: a shaded mean ± std band around the first name
+//   data-live="1"          poll for new points while the page says a run is running
+//   data-step-url="..."    a click on a point opens this URL with &step=N (training curves)
+// Series come from the API (/api/runs/<id>/metrics), the same endpoint scripts use;
+// the server downsamples, keeping each bucket's min, max and last point.
+// Smoothing and the x axis are page controls (#chart-smoothing, #chart-x) kept in the URL.
+
+const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777",
+  "#4b5563", "#65a30d"];
+const POLL_MS = 5000;
+
+/** TensorBoard's debiased EMA: s = s*w + (1-w)*y; shown = s / (1 - w^n), n counting finite points. */
+export function smoothEma(values, weight) {
+  const out = new Array(values.length);
+  let last = 0;
+  let n = 0;
+  for (let i = 0; i < values.length; i += 1) {
+    const y = values[i];
+    if (y === null || !Number.isFinite(y)) {
+      out[i] = y;
+      continue;
+    }
+    last = last * weight + (1 - weight) * y;
+    n += 1;
+    const debias = weight === 0 ? 1 : 1 - weight ** n;
+    out[i] = last / debias;
+  }
+  return out;
+}
+
+/** Mean of the last `window` finite values at each point. */
+export function runningAverage(values, window) {
+  const out = new Array(values.length);
+  const recent = [];
+  let sum = 0;
+  for (let i = 0; i < values.length; i += 1) {
+    const y = values[i];
+    if (y !== null && Number.isFinite(y)) {
+      recent.push(y);
+      sum += y;
+      if (recent.length > window) sum -= recent.shift();
+    }
+    out[i] = recent.length ? sum / recent.length : null;
+  }
+  return out;
+}
+
+/** Plotly reads <b>, <a href> and friends in names and titles: run names and metric names are
+ * user and model text, so they are escaped into entities, which Plotly shows as plain text. */
+export function plotlyText(text) {
+  return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
+
+export function colourFor(runId) {
+  return PALETTE[Number(runId) % PALETTE.length];
+}
+
+function cssVar(name) {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+}
+
+function controls() {
+  const smoothing = document.getElementById("chart-smoothing");
+  const axis = document.getElementById("chart-x");
+  const method = document.getElementById("chart-smoothing-method");
+  return {
+    weight: smoothing ? Math.min(0.99, Math.max(0, Number(smoothing.value) || 0)) : 0,
+    x: axis ? axis.value : "step",
+    method: method ? method.value : "ema",
+  };
+}
+
+function smooth(values, settings) {
+  if (settings.weight <= 0) return values;
+  if (settings.method === "mean") return runningAverage(values, Math.max(1, Math.round(settings.weight * 100)));
+  return smoothEma(values, settings.weight);
+}
+
+async function fetchSeries(runId, names, split, x, since) {
+  const params = new URLSearchParams({ names: names.join(","), split, x });
+  if (since !== null && since !== undefined) params.set("since", String(since));
+  const response = await fetch(`/api/runs/${runId}/metrics?${params}`, { credentials: "same-origin",
+    headers: { Accept: "application/json" } });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
+  return body;
+}
+
+class Chart {
+  constructor(element) {
+    this.el = element;
+    this.runs = (element.dataset.runs || "").split(",").filter(Boolean);
+    this.names = (element.dataset.names || "").split(",").filter(Boolean);
+    this.split = element.dataset.split || "train";
+    this.band = element.dataset.band || "";
+    this.live = element.dataset.live === "1";
+    this.stepUrl = element.dataset.stepUrl || "";
+    this.title = element.dataset.title || this.names.join(", ");
+    this.data = {};  // `${run}|${name}` -> {x: [], y: []}
+    this.lastStep = {};
+    this.timer = null;
+  }
+
+  fetchNames() {
+    return this.band ? [...this.names, this.band] : this.names;
+  }
+
+  async load() {
+    const { x } = controls();
+    this.x = x;
+    this.data = {};
+    await Promise.all(this.runs.map(async (run) => {
+      const body = await fetchSeries(run, this.fetchNames(), this.split, x, null);
+      this.lastStep[run] = body.last_step;
+      for (const [name, series] of Object.entries(body.series)) {
+        this.data[`${run}|${name}`] = { x: series.x.slice(), y: series.y.slice() };
+      }
+    }));
+    this.draw();
+    if (this.live && !this.timer) this.timer = setInterval(() => this.poll(), POLL_MS);
+  }
+
+  async poll() {
+    // The run header (refreshed by htmx) carries data-run-active while the run is queued or
+    // running; once it is gone this is the last poll, which picks up the final points.
+    if (!document.querySelector("[data-run-active]")) {
+      clearInterval(this.timer);
+      this.timer = null;
+    }
+    let grew = false;
+    await Promise.all(this.runs.map(async (run) => {
+      const body = await fetchSeries(run, this.fetchNames(), this.split, this.x, this.lastStep[run]);
+      this.lastStep[run] = body.last_step;
+      for (const [name, series] of Object.entries(body.series)) {
+        if (!series.x.length) continue;
+        const key = `${run}|${name}`;
+        const known = this.data[key] || { x: [], y: [] };
+        known.x.push(...series.x);
+        known.y.push(...series.y);
+        this.data[key] = known;
+        grew = true;
+      }
+    }));
+    if (grew) this.draw();
+  }
+
+  traces() {
+    const settings = controls();
+    const traces = [];
+    const many = this.runs.length > 1;
+    for (const run of this.runs) {
+      this.names.forEach((name, i) => {
+        const series = this.data[`${run}|${name}`];
+        if (!series || !series.x.length) return;
+        const colour = many ? colourFor(run) : PALETTE[i % PALETTE.length];
+        const label = plotlyText(many ? (this.el.dataset[`label${run}`] || `run ${run}`) : name);
+        if (this.band && i === 0) traces.push(...this.bandTraces(run, series, colour));
+        if (settings.weight > 0) {
+          traces.push({ x: series.x, y: series.y, mode: "lines", name: `${label} (raw)`, showlegend: false,
+            line: { color: colour, width: 1 }, opacity: 0.25, hoverinfo: "skip", meta: { run, raw: true } });
+        }
+        traces.push({ x: series.x, y: smooth(series.y, settings), mode: "lines", name: label,
+          line: { color: colour, width: 2 }, meta: { run, raw: false } });
+      });
+    }
+    return traces;
+  }
+
+  bandTraces(run, series, colour) {
+    const std = this.data[`${run}|${this.band}`];
+    if (!std || std.y.length !== series.y.length) return [];
+    const upper = series.y.map((y, i) => y + std.y[i]);
+    const lower = series.y.map((y, i) => y - std.y[i]);
+    return [
+      { x: series.x, y: upper, mode: "lines", line: { width: 0, color: colour }, showlegend: false, hoverinfo: "skip" },
+      { x: series.x, y: lower, mode: "lines", line: { width: 0, color: colour }, fill: "tonexty",
+        fillcolor: `${colour}22`, name: "± std", showlegend: false, hoverinfo: "skip" },
+    ];
+  }
+
+  layout() {
+    const fg = cssVar("--fg") || "#1d2330";
+    const line = cssVar("--line") || "#e3e6eb";
+    const axisTitles = { step: "step", wall: "seconds since start", tokens: "tokens trained" };
+    const legend = this.runs.length > 1 || this.names.length > 1;
+    return {
+      title: { text: plotlyText(this.title), font: { size: 13, color: fg }, x: 0.02 },
+      margin: { l: 48, r: 12, t: 32, b: legend ? 72 : 40 }, height: legend ? 290 : 260,
+      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { color: fg, size: 11 },
+      xaxis: { title: { text: axisTitles[this.x] || this.x }, gridcolor: line, zerolinecolor: line },
+      yaxis: { gridcolor: line, zerolinecolor: line }, showlegend: legend,
+      legend: { orientation: "h", y: -0.32 }, hovermode: "x unified",
+    };
+  }
+
+  draw() {
+    const traces = this.traces();
+    const empty = this.el.querySelector(".chart-empty");
+    if (!traces.length) {
+      if (!empty) {
+        const note = document.createElement("p");
+        note.className = "chart-empty muted";
+        note.textContent = `${this.title}: no points yet.`;
+        this.el.replaceChildren(note);
+      }
+      return;
+    }
+    if (empty) empty.remove();
+    window.Plotly.react(this.el, traces, this.layout(), { displaylogo: false, responsive: true });
+    if (this.stepUrl && !this.clickWired) {
+      this.clickWired = true;
+      this.el.on("plotly_click", (event) => this.openStep(event));
+    }
+    this.el.dataset.points = String(traces.filter((t) => t.meta && !t.meta.raw).reduce((n, t) => n + t.x.length, 0));
+    this.el.dispatchEvent(new CustomEvent("crucible:chart-drawn", { bubbles: true }));
+  }
+
+  openStep(event) {
+    if (this.x !== "step" || !event.points.length) return;
+    const step = Math.round(event.points[0].x);
+    const url = new URL(this.stepUrl, window.location.origin);
+    url.searchParams.set("step", String(step));
+    window.location.assign(url.toString());
+  }
+}
+
+const charts = [];
+
+function observe(elements) {
+  // Only charts in view are fetched and drawn: a page with 20 panels stays responsive.
+  const observer = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      if (!entry.isIntersecting) continue;
+      observer.unobserve(entry.target);
+      const chart = new Chart(entry.target);
+      charts.push(chart);
+      chart.load().catch((error) => {
+        const note = document.createElement("p");
+        note.className = "chart-empty error";
+        note.textContent = `${chart.title}: ${error.message}`;
+        entry.target.replaceChildren(note);
+      });
+    }
+  }, { rootMargin: "200px" });
+  elements.forEach((el) => observer.observe(el));
+}
+
+function keepControlsInUrl() {
+  const url = new URL(window.location.href);
+  const { weight, x, method } = controls();
+  url.searchParams.set("smoothing", String(weight));
+  url.searchParams.set("x", x);
+  url.searchParams.set("smooth", method);
+  window.history.replaceState(null, "", url.toString());
+  const shown = document.getElementById("chart-smoothing-value");
+  if (shown) shown.textContent = weight.toFixed(2);
+}
+
+function wireControls() {
+  const smoothing = document.getElementById("chart-smoothing");
+  const axis = document.getElementById("chart-x");
+  const method = document.getElementById("chart-smoothing-method");
+  if (smoothing) smoothing.addEventListener("input", () => { keepControlsInUrl(); charts.forEach((c) => c.draw()); });
+  if (method) method.addEventListener("change", () => { keepControlsInUrl(); charts.forEach((c) => c.draw()); });
+  if (axis) {
+    axis.addEventListener("change", () => {
+      keepControlsInUrl();
+      charts.forEach((c) => c.load().catch(() => {}));
+    });
+  }
+}
+
+function drawSparklines() {
+  // Small inline curves in tables: data-values holds the numbers, no fetch needed.
+  for (const el of document.querySelectorAll("[data-sparkline]")) {
+    let values;
+    try {
+      values = JSON.parse(el.dataset.sparkline);
+    } catch {
+      continue;
+    }
+    if (!Array.isArray(values) || values.length < 2) continue;
+    const finite = values.filter((v) => Number.isFinite(v));
+    const lo = Math.min(...finite);
+    const hi = Math.max(...finite);
+    const width = 80;
+    const height = 18;
+    const points = values.map((v, i) => {
+      const px = (i / (values.length - 1)) * width;
+      const py = hi === lo ? height / 2 : height - ((v - lo) / (hi - lo)) * height;
+      return `${px.toFixed(1)},${py.toFixed(1)}`;
+    }).join(" ");
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.setAttribute("width", String(width));
+    svg.setAttribute("height", String(height));
+    svg.setAttribute("class", "sparkline");
+    const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+    line.setAttribute("points", points);
+    svg.appendChild(line);
+    el.replaceChildren(svg);
+  }
+}
+
+function colourSwatches() {
+  for (const swatch of document.querySelectorAll("[data-run-swatch]")) {
+    swatch.style.background = colourFor(swatch.dataset.runSwatch);
+  }
+}
+
+export function start() {
+  colourSwatches();
+  const elements = [...document.querySelectorAll("[data-chart]")];
+  if (elements.length) {
+    wireControls();
+    observe(elements);
+  }
+  drawSparklines();
+}
+
+start();

@@ -1,0 +1,24 @@
+// The runs table: the compare button gathers the ticked runs into ?ids=4,7,9.
+const form = document.getElementById("compare-form");
+if (form) {
+  form.addEventListener("submit", (event) => {
+    const ids = [...document.querySelectorAll(".compare-box:checked")].map((box) => box.value);
+    if (ids.length < 2 || ids.length > 10) {
+      event.preventDefault();
+      window.alert("Tick between 2 and 10 runs to compare.");
+      return;
+    }
+    document.getElementById("compare-ids").value = ids.join(",");
+  });
+}
+
+// The compare page: "differences only" hides config rows whose values agree (kept in ?diff=).
+const onlyDifferences = document.getElementById("differences-only");
+if (onlyDifferences) {
+  onlyDifferences.addEventListener("change", () => {
+    document.getElementById("config-diff").classList.toggle("only-differences", onlyDifferences.checked);
+    const url = new URL(window.location.href);
+    url.searchParams.set("diff", onlyDifferences.checked ? "1" : "0");
+    window.history.replaceState(null, "", url.toString());
+  });
+}

@@ -1,0 +1,98 @@
+"""Run pages in a real browser: curves drawn from the run's points, smoothing and x axis, live
+points while the worker ingests, and the comparison's config diff."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from webapp.runs.models import ModelSpec
+from webapp.runs.selectors import metric_series
+from webapp.runs.series import smooth_ema
+from webapp.runs.services import jobs as js
+from webapp.runs.services.ingest import EventIngestor
+from webapp.runs.services.run_config import run_create
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _login(page, live_server, username: str) -> None:
+    page.goto(f"{live_server.url}/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", f"pw-{username}")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+
+
+def _metrics(step: int) -> dict:
+    return {"type": "metric", "step": step, "split": "train",
+            "metrics": {"reward": 1 - math.exp(-step / 20), "reward_std": 0.1, "cost/trained_tokens": 100}}
+
+
+def _running_run(project, owner, *, name: str, steps: int, config: dict):
+    model = ModelSpec.objects.get_or_create(project=project, name="tiny", defaults={"hf_id": "x/tiny"})[0]
+    run, job = run_create(project=project, name=name, kind="grpo", config=config, actor=owner, model=model)
+    claimed = js.job_claim(job_id=job.pk, worker="cpu@test")
+    js.job_mark_running(job_id=job.pk, attempt=claimed.attempt)
+    ingestor = EventIngestor(run, attempt=claimed.attempt)
+    ingestor.ingest([_metrics(s) for s in range(1, steps + 1)])
+    return run, ingestor
+
+
+def _figure_points(page, selector: str) -> list:
+    """The smoothed trace's y values as Plotly holds them in the rendered figure."""
+    return page.evaluate("""(selector) => {
+        const el = document.querySelector(selector);
+        const line = el.data.filter(t => t.meta && !t.meta.raw)[0];
+        return {x: Array.from(line.x), y: Array.from(line.y), traces: el.data.length};
+    }""", selector)
+
+
+def test_reward_chart_draws_the_runs_points_smooths_and_goes_live(page, live_server, project_team):
+    project, owner = project_team["project"], project_team["owner"]
+    run, ingestor = _running_run(project, owner, name="live run", steps=40, config={"learning_rate": 1e-4})
+    _login(page, live_server, "viewer")
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/{run.pk}/?smoothing=0")
+    chart = "[data-chart][data-names='reward']"
+    page.wait_for_function(f"() => document.querySelector(\"{chart}\").dataset.points === '40'")
+    drawn = _figure_points(page, chart)
+    stored = metric_series(run, ["reward"], "train").series["reward"]
+    assert drawn["x"] == stored.x and drawn["y"] == pytest.approx(stored.y)
+
+    # Smoothing: the JS EMA equals the server's (TensorBoard's debiased EMA) on the same points.
+    page.fill("#chart-smoothing", "0.9")
+    page.dispatch_event("#chart-smoothing", "input")
+    page.wait_for_function(f"() => document.querySelector(\"{chart}\").data.length >= 4")
+    smoothed = _figure_points(page, chart)["y"]
+    assert smoothed == pytest.approx(smooth_ema(stored.y, 0.9))
+    assert "smoothing=0.9" in page.url
+
+    # X axis: tokens trained (100 per step in this run).
+    page.select_option("#chart-x", "tokens")
+    page.wait_for_function(f"() => document.querySelector(\"{chart}\").data[2].x[0] === 100")
+    assert _figure_points(page, chart)["x"][-1] == 4000
+
+    # Live: the worker ingests five more steps, the chart gains them without a reload.
+    page.select_option("#chart-x", "step")
+    page.wait_for_function(f"() => document.querySelector(\"{chart}\").data[2].x[0] === 1")
+    ingestor.ingest([_metrics(s) for s in range(41, 46)])
+    page.wait_for_function(f"() => document.querySelector(\"{chart}\").dataset.points === '45'", timeout=20_000)
+    assert _figure_points(page, chart)["x"][-1] == 45
+
+
+def test_compare_two_runs_shows_only_differing_config_keys(page, live_server, project_team):
+    project, owner = project_team["project"], project_team["owner"]
+    a, _ = _running_run(project, owner, name="lr high", steps=5, config={"learning_rate": 1e-4, "seed": 1})
+    b, _ = _running_run(project, owner, name="lr low", steps=5, config={"learning_rate": 5e-5, "seed": 1})
+    _login(page, live_server, "viewer")
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/")
+    page.check(f"#compare-{a.pk}")
+    page.check(f"#compare-{b.pk}")
+    page.click("#compare-button")
+    page.wait_for_url(f"**/runs/compare/?ids=*")
+    visible = page.locator("#config-diff tbody tr:visible")
+    assert [row.get_attribute("data-key") for row in visible.all()] == ["learning_rate"]
+    page.uncheck("#differences-only")
+    assert page.locator("#config-diff tbody tr[data-key='seed']").is_visible()
+    page.wait_for_function("() => document.querySelector(\"[data-chart][data-names='reward']\").dataset.points === '10'")

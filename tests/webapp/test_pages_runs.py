@@ -1,0 +1,110 @@
+"""The runs table, run detail and compare pages: roles, escaping, panels, config diff."""
+
+from __future__ import annotations
+
+import pytest
+
+from webapp.dashboard.views.runs import config_rows, run_panels
+from webapp.runs.models import Job, ModelSpec, Run
+from webapp.runs.services import jobs as js
+from webapp.runs.services.ingest import EventIngestor
+from webapp.runs.services.run_config import run_create
+
+HOSTILE = '<script>alert("x")</script>'
+
+
+@pytest.fixture
+def runs(project_team):
+    project, owner = project_team["project"], project_team["owner"]
+    model = ModelSpec.objects.create(project=project, name="tiny", hf_id="x/tiny")
+    made = []
+    for i, lr in enumerate((1e-4, 5e-5)):
+        run, job = run_create(project=project, name=f"run {i} {HOSTILE}", kind="grpo", config={"learning_rate": lr},
+                              actor=owner, model=model)
+        claimed = js.job_claim(job_id=job.pk, worker="w")
+        js.job_mark_running(job_id=job.pk, attempt=claimed.attempt)
+        EventIngestor(run, attempt=claimed.attempt).ingest([
+            {"type": "metric", "step": s, "split": "train", "metrics": {"reward": s / 10, "odd/metric": 1.0}}
+            for s in range(1, 6)])
+        made.append(run)
+    js.job_fail(job_id=made[1].jobs.get().pk, attempt=1, error=HOSTILE, log_tail=HOSTILE)
+    return made
+
+
+def test_the_table_lists_runs_with_headline_metrics_and_escapes_names(client, project_team, runs):
+    client.force_login(project_team["viewer"])
+    body = client.get(f"/p/{project_team['project'].slug}/runs/").content.decode()
+    assert HOSTILE not in body and "&lt;script&gt;" in body
+    assert body.count('class="compare-box"') == 2
+    assert 'data-sparkline="[0.1, 0.2, 0.3, 0.4, 0.5]"' in body
+    filtered = client.get(f"/p/{project_team['project'].slug}/runs/?status=failed").content.decode()
+    assert filtered.count('class="compare-box"') == 1
+    bad = client.get(f"/p/{project_team['project'].slug}/runs/?sort=nope").content.decode()
+    assert "unknown sort" in bad
+
+
+def test_the_run_page_has_panels_for_what_was_recorded_and_escapes_the_log(client, project_team, runs):
+    client.force_login(project_team["viewer"])
+    slug = project_team["project"].slug
+    body = client.get(f"/p/{slug}/runs/{runs[1].pk}/").content.decode()
+    assert 'data-names="reward"' in body and 'data-names="odd/metric"' in body
+    assert HOSTILE not in body and body.count("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;") >= 3
+    assert "/retry/" not in body, "viewers get no retry button"
+    live = client.get(f"/p/{slug}/runs/{runs[0].pk}/live/").content.decode()
+    assert 'data-run-active="1"' in live and 'hx-trigger="every 3s"' in live
+    finished = client.get(f"/p/{slug}/runs/{runs[1].pk}/live/").content.decode()
+    assert "data-run-active" not in finished
+
+
+@pytest.mark.parametrize(("role", "allowed"), [("viewer", False), ("reviewer", False), ("editor", True),
+                                               ("owner", True)])
+def test_cancel_and_retry_need_an_editor(client, project_team, runs, role, allowed):
+    slug = project_team["project"].slug
+    client.force_login(project_team[role])
+    running, failed = runs
+    assert client.post(f"/p/{slug}/runs/{running.pk}/cancel/").status_code == (302 if allowed else 403)
+    assert client.post(f"/p/{slug}/runs/{failed.pk}/retry/").status_code == (302 if allowed else 403)
+    assert Job.objects.get(run=running).cancel_requested is allowed
+    assert (Job.objects.get(run=failed).state == "queued") is allowed
+
+
+def test_retrying_a_running_run_says_why_not(client, project_team, runs):
+    client.force_login(project_team["editor"])
+    slug = project_team["project"].slug
+    response = client.post(f"/p/{slug}/runs/{runs[0].pk}/retry/", follow=True)
+    assert "only a failed or cancelled run can be retried" in response.content.decode()
+
+
+def test_outsiders_get_404_everywhere(client, project_team, runs):
+    client.force_login(project_team["outsider"])
+    slug = project_team["project"].slug
+    for path in ("runs/", f"runs/{runs[0].pk}/", f"runs/{runs[0].pk}/live/",
+                 f"runs/compare/?ids={runs[0].pk},{runs[1].pk}"):
+        assert client.get(f"/p/{slug}/{path}").status_code == 404, path
+    assert client.post(f"/p/{slug}/runs/{runs[0].pk}/cancel/").status_code == 404
+
+
+def test_compare_refuses_runs_of_another_project(client, project_team, runs):
+    other = Run.objects.create(project=project_team["other"], name="theirs", kind="grpo")
+    client.force_login(project_team["owner"])
+    slug = project_team["project"].slug
+    assert client.get(f"/p/{slug}/runs/compare/?ids={runs[0].pk},{other.pk}").status_code == 404
+    page = client.get(f"/p/{slug}/runs/compare/?ids={runs[0].pk},{runs[1].pk}").content.decode()
+    assert 'data-key="learning_rate"' in page and 'class="differs"' in page
+    assert "Pick at least two runs" in client.get(f"/p/{slug}/runs/compare/?ids={runs[0].pk}").content.decode()
+
+
+def test_panels_follow_the_recorded_metrics():
+    recorded = [("train", "reward"), ("train", "reward_std"), ("train", "clip_ratio/low_mean"),
+                ("train", "clip_ratio/high_mean"), ("validation", "success_rate"), ("train", "custom")]
+    panels = {p.title: p for p in run_panels(recorded)}
+    assert panels["Reward (mean ± std over the batch)"].band == "reward_std"
+    assert panels["Clip ratios"].names == ["clip_ratio/high_mean", "clip_ratio/low_mean"]
+    assert panels["custom (train)"].names == ["custom"], "a metric no panel claims still gets a chart"
+    assert "KL to the reference" not in panels
+
+
+def test_config_rows_flag_differences_and_missing_keys():
+    rows = {r["key"]: r for r in config_rows([{"lr": 1, "seed": 2}, {"lr": 2, "seed": 2, "beta": 0.1}])}
+    assert rows["lr"]["differs"] and not rows["seed"]["differs"]
+    assert rows["beta"]["values"] == ["—", "0.1"] and rows["beta"]["differs"]

@@ -1,0 +1,247 @@
+"""Runs: the table, one run's live dashboard, and the comparison of several runs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from webapp.api.pagination import CursorError, Page
+from webapp.dashboard.views.common import breadcrumbs_for, has_page, query_without_after
+from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, has_role
+from webapp.projects.models import Role
+from webapp.runs.models import ACTIVE_JOB_STATES, Run, RunKind, RunStatus
+from webapp.runs.selectors import (
+    DEFAULT_RUN_SORT,
+    HEADLINE_METRICS,
+    RUN_SORTS,
+    metric_best,
+    metric_latest,
+    metric_names,
+    run_detail,
+    run_headline_metrics,
+    run_latest_jobs,
+    run_list,
+    run_sparklines,
+)
+from webapp.runs.services.runs import RunActionError, run_cancel, run_retry
+
+FILTERS = ("kind", "status", "dataset", "model", "creator", "experiment", "text")
+MAX_COMPARE = 10
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One chart of the run page: metric names of one split, drawn together."""
+
+    title: str
+    split: str
+    names: list[str]
+    band: str = ""
+    step_link: bool = False
+
+
+# The run page's panels, in UI.md's order. A panel appears when the run recorded any of its
+# metrics; prefixes (ending in "/") gather every metric that starts with them.
+PANEL_SPECS: list[tuple[str, str, list[str], str, bool]] = [
+    ("Reward (mean ± std over the batch)", "train", ["reward"], "reward_std", True),
+    ("Reward components", "train", ["rewards/"], "", True),
+    ("Validation success", "validation", ["success_rate", "reward_mean"], "", False),
+    ("Validation behaviour rates", "validation",
+     ["valid_json_rate", "correct_tool_rate", "correct_arguments_rate", "unsafe_action_rate", "truncation_rate"],
+     "", False),
+    ("Held-out", "held_out", ["success_rate", "valid_json_rate", "unsafe_action_rate"], "", False),
+    ("Loss and gradient norm", "train", ["loss", "grad_norm"], "", True),
+    ("KL to the reference", "train", ["kl"], "", True),
+    ("Clip ratios", "train", ["clip_ratio/"], "", True),
+    ("Entropy", "train", ["entropy"], "", True),
+    ("Completion length", "train", ["completions/mean_length", "completions/max_length"], "", True),
+    ("Truncated completions", "train", ["completions/clipped_ratio"], "", True),
+    ("Groups with no reward spread (no gradient)", "train", ["frac_reward_zero_std"], "", True),
+    ("Tool calls", "train", ["tools/call_frequency", "tools/failure_frequency", "num_turns/mean"], "", True),
+    ("Throughput (tokens/s)", "train", ["tokens_per_second"], "", True),
+    ("Time per step (s)", "train", ["timing/"], "", True),
+    ("Learning rate", "train", ["lr"], "", True),
+]
+
+
+def _matching(names: set[str], wanted: list[str]) -> list[str]:
+    found: list[str] = []
+    for want in wanted:
+        found += sorted(n for n in names if n.startswith(want)) if want.endswith("/") else [want] * (want in names)
+    return found
+
+
+def run_panels(recorded: list[tuple[str, str]]) -> list[Panel]:
+    """The panels this run has data for; metrics no panel claims get one each, so none is hidden."""
+    by_split: dict[str, set[str]] = {}
+    for split, name in recorded:
+        by_split.setdefault(split, set()).add(name)
+    panels, claimed = [], set()
+    for title, split, wanted, band, step_link in PANEL_SPECS:
+        names = _matching(by_split.get(split, set()), wanted)
+        if names:
+            panels.append(Panel(title, split, names, band if band in by_split.get(split, set()) else "", step_link))
+            claimed |= {(split, n) for n in names} | ({(split, band)} if band else set())
+    for split, name in sorted(set(recorded) - claimed):
+        panels.append(Panel(f"{name} ({split})", split, [name], "", split == "train"))
+    return panels
+
+
+def _run_for(request: HttpRequest, slug: str, run_id: int, minimum: str = Role.VIEWER) -> Run:
+    return get_object_or_404_for_user(
+        Run.objects.select_related("project", "dataset", "model", "verifier_version__verifier", "created_by",
+                                   "experiment", "parent_checkpoint__run"),
+        request.user, minimum, pk=run_id, project__slug=slug)
+
+
+@login_required
+def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_project_or_404(request.user, slug)
+    filters = {name: request.GET.get(name, "")[:200] for name in FILTERS}
+    sort = request.GET.get("sort", DEFAULT_RUN_SORT)
+    error = None
+    try:
+        experiment = int(filters["experiment"]) if filters["experiment"] else None
+        page = run_list(project, **{**filters, "experiment": experiment}, sort=sort,
+                        after=request.GET.get("after") or None, limit=50)
+    except (ValueError, CursorError) as exc:
+        page, error = Page(items=[], next_cursor=None), str(exc)
+    runs = page.items
+    headline = run_headline_metrics(runs)
+    sparklines = run_sparklines(runs)
+    jobs = run_latest_jobs(runs)
+    rows = [{"run": run, "headline": [headline.get(run.pk, {}).get(h.key) for h in HEADLINE_METRICS],
+             "sparkline": json.dumps(sparklines.get(run.pk, [])), "job": jobs.get(run.pk)} for run in runs]
+    context = {
+        "project": project, "rows": rows, "page": page, "filters": filters, "sort": sort, "sorts": RUN_SORTS,
+        "filter_error": error, "query": query_without_after(request), "headlines": HEADLINE_METRICS,
+        "kinds": RunKind.choices, "statuses": RunStatus.choices, "can_edit": has_role(request.user, project, Role.EDITOR),
+        "new_run_url": reverse("dashboard:run_new", args=[slug]) if has_page("dashboard:run_new") else None,
+        "any_active": any(run.status in (RunStatus.QUEUED, RunStatus.RUNNING) for run in runs),
+    }
+    if request.htmx:
+        return render(request, "dashboard/runs/_rows.html", context)
+    context["breadcrumbs"] = breadcrumbs_for(project, ("Runs", None))
+    return render(request, "dashboard/runs/list.html", context)
+
+
+def _detail_context(request: HttpRequest, run: Run) -> dict:
+    detail = run_detail(run)
+    job = detail.job
+    return {
+        "project": run.project, "run": run, "detail": detail, "job": job,
+        "active": job is not None and (job.state in ACTIVE_JOB_STATES or job.state == "queued"),
+        "can_edit": has_role(request.user, run.project, Role.EDITOR),
+        "headlines": [(h, detail.headline.get(h.key)) for h in HEADLINE_METRICS],
+    }
+
+
+@login_required
+def run_detail_page(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
+    run = _run_for(request, slug, run_id)
+    context = _detail_context(request, run)
+    trajectories = reverse("dashboard:trajectory_list", args=[slug]) if has_page("dashboard:trajectory_list") else ""
+    context.update(
+        panels=run_panels(metric_names(run)), latest=metric_latest(run),
+        config_json=json.dumps(run.config, indent=2, sort_keys=True),
+        step_url=f"{trajectories}?run={run.pk}" if trajectories else "",
+        smoothing=_bounded_float(request.GET.get("smoothing"), 0.6), x_axis=request.GET.get("x", "step"),
+        smooth_method=request.GET.get("smooth", "ema"),
+        breadcrumbs=breadcrumbs_for(run.project, ("Runs", reverse("dashboard:run_list", args=[slug])),
+                                    (run.name, None)),
+    )
+    return render(request, "dashboard/runs/detail.html", context)
+
+
+def _bounded_float(raw: str | None, default: float) -> float:
+    try:
+        value = float(raw) if raw is not None else default
+    except ValueError:
+        return default
+    return min(0.99, max(0.0, value)) if value == value else default
+
+
+@login_required
+def run_live(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
+    """The header and log tail, swapped in by htmx every few seconds while the run is active."""
+    run = _run_for(request, slug, run_id)
+    return render(request, "dashboard/runs/_live.html", _detail_context(request, run))
+
+
+def _run_action(request: HttpRequest, slug: str, run_id: int, action, done: str) -> HttpResponse:
+    run = _run_for(request, slug, run_id, Role.EDITOR)
+    try:
+        action(run=run)
+        messages.success(request, done.format(run=run))
+    except RunActionError as exc:
+        messages.error(request, str(exc))
+    return redirect("dashboard:run_detail", slug=slug, run_id=run.pk)
+
+
+@login_required
+@require_POST
+def run_cancel_view(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
+    return _run_action(request, slug, run_id, run_cancel, "Cancellation of {run.name} requested.")
+
+
+@login_required
+@require_POST
+def run_retry_view(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
+    return _run_action(request, slug, run_id, run_retry, "{run.name} queued again; it resumes from its last "
+                                                         "checkpoint.")
+
+
+def _compare_ids(raw: str) -> list[int]:
+    ids: list[int] = []
+    for part in raw.split(","):
+        part = part.strip()
+        if part.isdigit() and 0 < int(part) < 2**63 and int(part) not in ids:
+            ids.append(int(part))
+    return ids
+
+
+def config_rows(configs: list[dict]) -> list[dict]:
+    """Every config key of the compared runs with each run's value, flagged when they differ."""
+    keys = sorted({key for config in configs for key in config})
+    missing = object()
+    rows = []
+    for key in keys:
+        values = [config.get(key, missing) for config in configs]
+        shown = ["—" if v is missing else json.dumps(v, sort_keys=True) for v in values]
+        rows.append({"key": key, "values": shown, "differs": len(set(shown)) > 1})
+    return rows
+
+
+@login_required
+def run_compare_page(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_project_or_404(request.user, slug)
+    ids = _compare_ids(request.GET.get("ids", ""))
+    if len(ids) > MAX_COMPARE:
+        messages.error(request, f"Compare at most {MAX_COMPARE} runs; the first {MAX_COMPARE} are shown.")
+        ids = ids[:MAX_COMPARE]
+    runs_by_id = {run.pk: run for run in Run.objects.filter(project=project, pk__in=ids)}
+    if len(runs_by_id) != len(ids):
+        raise Http404("Some of these runs are not in this project.")
+    runs = [runs_by_id[i] for i in ids]
+    recorded = sorted({pair for run in runs for pair in metric_names(run)})
+    latest = {run.pk: {(m.split, m.name): m.value for m in metric_latest(run)} for run in runs}
+    best = {run.pk: metric_best(run) for run in runs}
+    summary = [{"split": split, "name": name, "cells": [(latest[r.pk].get((split, name)), best[r.pk].get((split, name)))
+                                                         for r in runs]} for split, name in recorded]
+    context = {
+        "project": project, "runs": runs, "ids": ",".join(map(str, ids)), "too_few": len(runs) < 2,
+        "panels": run_panels(recorded), "config_rows": config_rows([run.config for run in runs]),
+        "only_differences": request.GET.get("diff", "1") != "0", "summary": summary,
+        "smoothing": _bounded_float(request.GET.get("smoothing"), 0.6), "x_axis": request.GET.get("x", "step"),
+        "smooth_method": request.GET.get("smooth", "ema"),
+        "breadcrumbs": breadcrumbs_for(project, ("Runs", reverse("dashboard:run_list", args=[slug])),
+                                       ("Compare", None)),
+    }
+    return render(request, "dashboard/runs/compare.html", context)
