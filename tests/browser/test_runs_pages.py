@@ -90,7 +90,7 @@ def test_compare_two_runs_shows_only_differing_config_keys(page, live_server, pr
     page.check(f"#compare-{a.pk}")
     page.check(f"#compare-{b.pk}")
     page.click("#compare-button")
-    page.wait_for_url(f"**/runs/compare/?ids=*")
+    page.wait_for_url("**/runs/compare/?ids=*")
     visible = page.locator("#config-diff tbody tr:visible")
     assert [row.get_attribute("data-key") for row in visible.all()] == ["learning_rate"]
     page.uncheck("#differences-only")

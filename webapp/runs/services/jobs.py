@@ -33,6 +33,7 @@ QUEUE_BY_KIND: dict[str, str] = {
     "grpo": "train",
     "dpo": "train",
     "eval": "rollout",
+    "export": "rollout",
     "verify": "verify",
     "rescore": "verify",
 }
