@@ -460,6 +460,45 @@ def _field_defaults() -> dict[str, Any]:
     }
 
 
+# How a form lays the fields out: groups in order, each with the kinds it applies to (None:
+# every kind), and the fields folded under "advanced". Published in the schema as x-group,
+# x-kinds and x-advanced, so a form is built from the schema, not from a copy of the fields.
+FIELD_GROUPS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
+    "basics": (None, ("kind", "algorithm", "seed", "device", "bf16")),
+    "model": (None, ("model", "model_gguf_file", "init_checkpoint", "adapter", "lora_r", "lora_alpha",
+                     "lora_dropout", "lora_target_modules")),
+    "tasks and rewards": (None, ("environment", "verifier", "dataset", "train_split", "eval_split",
+                                 "held_out_eval", "max_tasks")),
+    "optimisation": (("sft", "grpo", "dpo"), ("max_steps", "learning_rate", "lr_scheduler", "warmup_steps",
+                                              "micro_batch_size", "gradient_accumulation_steps")),
+    "algorithm": (("grpo",), ("loss_type", "num_prompts_per_step", "num_generations_per_prompt", "beta",
+                              "epsilon", "epsilon_high", "scale_rewards", "leave_one_out", "dynamic_sampling",
+                              "max_generation_batches", "overlong_buffer", "mask_truncated_completions")),
+    "rollouts": (("grpo", "eval"), ("temperature", "top_p", "max_prompt_length", "max_completion_length",
+                                    "max_turns", "rollout_dropout", "rollout_backend")),
+    "evaluation": (None, ("eval_interval", "eval_num_samples", "eval_temperature", "eval_latency_tasks")),
+    "checkpoints": (("sft", "grpo", "dpo"), ("checkpoint_interval", "keep_top_k", "checkpoint_metric",
+                                             "checkpoint_metric_mode")),
+    "sft and dpo": (("sft", "dpo"), ("num_epochs", "sft_source", "reviewed_trajectories", "preference_pairs",
+                                     "dpo_beta")),
+}
+ADVANCED_FIELDS: frozenset[str] = frozenset({
+    "seed", "device", "bf16", "model_gguf_file", "lora_alpha", "lora_dropout", "lora_target_modules",
+    "max_tasks", "lr_scheduler", "warmup_steps", "gradient_accumulation_steps", "epsilon", "epsilon_high",
+    "scale_rewards", "leave_one_out", "max_generation_batches", "overlong_buffer", "mask_truncated_completions",
+    "top_p", "max_prompt_length", "rollout_dropout", "rollout_backend", "eval_num_samples", "eval_temperature",
+    "eval_latency_tasks", "checkpoint_metric", "checkpoint_metric_mode", "reviewed_trajectories",
+})
+
+
+def _layout(name: str) -> dict[str, Any]:
+    for group, (kinds, names) in FIELD_GROUPS.items():
+        if name in names:
+            return {"x-group": group, "x-kinds": list(kinds) if kinds else None,
+                    "x-advanced": name in ADVANCED_FIELDS}
+    raise ValueError(f"run config field {name!r} has no group in FIELD_GROUPS: add it there")
+
+
 def _build_schema() -> dict[str, Any]:
     properties: dict[str, Any] = {}
     defaults = _field_defaults()
@@ -468,6 +507,7 @@ def _build_schema() -> dict[str, Any]:
             **f.metadata["schema"],
             "description": f.metadata["description"],
             "default": _json_default(defaults[f.name]),
+            **_layout(f.name),
         }
     properties.update(_ALIASES)
     return {
@@ -687,6 +727,26 @@ def _fill_unset(values: dict[str, Any], **fallbacks: Any) -> None:
             values[key] = fallback
 
 
+def config_problems(data: dict[str, Any]) -> list[str]:
+    """Every problem of a run config at once, each naming its key (a form shows them all).
+
+    Unknown keys and schema violations are all reported; the checks between fields run
+    only once each field is valid on its own, as in validate_run_config.
+    """
+    if not isinstance(data, dict):
+        return ["the run config must be a JSON object"]
+    problems = [str(_unknown_key_error(str(key))) for key in data if key not in ALLOWED_KEYS]
+    known = {key: value for key, value in data.items() if key in ALLOWED_KEYS}
+    errors = sorted(_VALIDATOR.iter_errors(known), key=lambda e: list(map(str, e.absolute_path)))
+    problems += [_describe_schema_error(error) for error in errors]
+    if not problems:
+        try:
+            validate_run_config(data)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    return problems
+
+
 def validate_run_config(data: dict[str, Any]) -> RunConfig:
     """Check a run config (parsed JSON) and return it with every default resolved.
 
@@ -760,5 +820,25 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_interval": 10,
         "checkpoint_interval": 10,
         "max_tasks": 200,
+    },
+    # SFT for format: when the baseline rarely writes the tool-call format, imitate the tasks'
+    # ground-truth calls first (the CPU recipe's SFT stage: LoRA, a high rate, cosine decay).
+    "sft_format": {
+        "kind": "sft",
+        "model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "adapter": "lora",
+        "environment": "json_tool_call",
+        "sft_source": "ground_truth",
+        "device": "cpu",
+        "max_steps": 60,
+        "num_epochs": 10,
+        "micro_batch_size": 4,
+        "gradient_accumulation_steps": 4,
+        "learning_rate": 1e-3,
+        "lr_scheduler": "cosine",
+        "warmup_steps": 5,
+        "max_prompt_length": 768,
+        "eval_interval": 20,
+        "checkpoint_interval": 20,
     },
 }

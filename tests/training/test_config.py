@@ -221,3 +221,27 @@ def test_config_module_does_not_import_torch():
     code = "import sys, training.config; sys.exit('torch' in sys.modules)"
     repo_root = Path(__file__).resolve().parents[2]
     assert subprocess.run([sys.executable, "-c", code], cwd=repo_root, check=False).returncode == 0
+
+
+def test_every_config_field_is_in_exactly_one_form_group():
+    """The web form is built from the schema's x-group; a new field must be placed in a group."""
+    import dataclasses
+
+    from training.config import FIELD_GROUPS, RUN_CONFIG_SCHEMA, RunConfig
+
+    grouped = [name for _, names in FIELD_GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted(f.name for f in dataclasses.fields(RunConfig))
+    assert len(grouped) == len(set(grouped))
+    assert RUN_CONFIG_SCHEMA["properties"]["epsilon_high"]["x-group"] == "algorithm"
+    assert RUN_CONFIG_SCHEMA["properties"]["epsilon_high"]["x-kinds"] == ["grpo"]
+    assert RUN_CONFIG_SCHEMA["properties"]["epsilon_high"]["x-advanced"] is True
+
+
+def test_config_problems_lists_every_problem_at_once():
+    from training.config import config_problems
+
+    problems = config_problems({"kind": "grpo", "lr": 1, "learning_rate": -1, "max_steps": "x"})
+    assert any("unknown key 'lr'" in p for p in problems)
+    assert "'learning_rate' must be > 0, got -1" in problems
+    assert "'max_steps' must be of type integer, got \"x\"" in problems
+    assert config_problems({"kind": "grpo"}) == []

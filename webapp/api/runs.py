@@ -8,7 +8,6 @@ the series included. Field errors answer 422 as {"detail": message, "errors":
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -35,7 +34,7 @@ from webapp.runs.selectors import (
     run_list,
 )
 from webapp.runs.series import DEFAULT_BUCKETS
-from webapp.runs.services.run_config import ConfigError, run_create
+from webapp.runs.services.run_config import ConfigError, config_error_field, run_create
 from webapp.runs.services.runs import RunActionError, run_cancel, run_retry
 
 router = Router(tags=["runs"])
@@ -279,32 +278,6 @@ class _BadReference(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
-
-
-# Keys the run config receives from the linked rows rather than from the body's config.
-_LINKED_CONFIG_KEYS = {
-    "kind": "kind", "dataset": "dataset", "environment": "dataset", "verifier": "verifier", "reward": "verifier",
-    "model": "model", "model_gguf_file": "model", "init_checkpoint": "parent_checkpoint_id",
-}
-_QUOTED_KEY = re.compile(r"'([A-Za-z_][\w.\[\]]*)'")
-
-
-def config_error_field(message: str, config: dict) -> str:
-    """The request field a ConfigError is about: `config.<key>` for the key its message quotes.
-
-    training.config names the offending key first, in single quotes ("'learning_rate'
-    must be > 0, got -1", "unknown key 'lr' ..."). A key the body's config does not
-    hold came from a linked row (dataset, verifier, model, parent checkpoint), so the
-    error belongs beside that field instead.
-    """
-    match = _QUOTED_KEY.search(message)
-    if match is None:
-        return "config"
-    key = match.group(1)
-    top = key.split(".")[0].split("[")[0]
-    if top not in config and top in _LINKED_CONFIG_KEYS:
-        return _LINKED_CONFIG_KEYS[top]
-    return f"config.{key}"
 
 
 def _available(queryset: QuerySet, what: str) -> str:

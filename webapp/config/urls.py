@@ -1,11 +1,14 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from webapp.api.api import api
 from webapp.api.docs import protect_docs
 
 urlpatterns = [
+    path("favicon.ico", RedirectView.as_view(url=static("crucible/favicon.svg"), permanent=True)),
     path("login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

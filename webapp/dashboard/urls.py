@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.dashboard.views import checkpoints, home, jobs, overview, runs
+from webapp.dashboard.views import checkpoints, home, jobs, overview, run_new, runs
 
 app_name = "dashboard"
 
@@ -23,6 +23,7 @@ urlpatterns = [
     path("p/<slug:slug>/checkpoints/aliases/<slug:name>/rollback/", checkpoints.alias_rollback_view,
          name="alias_rollback"),
     path("p/<slug:slug>/runs/", runs.run_list_page, name="run_list"),
+    path("p/<slug:slug>/runs/new/", run_new.run_new, name="run_new"),
     path("p/<slug:slug>/runs/compare/", runs.run_compare_page, name="run_compare"),
     path("p/<slug:slug>/runs/<int:run_id>/", runs.run_detail_page, name="run_detail"),
     path("p/<slug:slug>/runs/<int:run_id>/live/", runs.run_live, name="run_live"),

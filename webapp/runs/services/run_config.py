@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from django.db import transaction
 
 from environments.types import Task as EnvTask
-from training.config import ConfigError, validate_run_config
+from training.config import ConfigError, config_problems, validate_run_config
 from webapp.datasets.models import TaskDataset
 from webapp.projects.models import Project
 from webapp.runs.models import Checkpoint, Job, ModelSpec, Run
 from webapp.runs.services.jobs import job_create
 from webapp.verifiers.models import VerifierVersion
 
-__all__ = ["ConfigError", "run_config_check", "run_create", "run_process_config"]
+__all__ = ["ConfigError", "config_error_field", "run_config_check", "run_config_problems", "run_create",
+           "run_process_config"]
 
 
 def _config_with_links(
@@ -38,6 +40,47 @@ def _config_with_links(
     if parent_checkpoint is not None:
         merged["init_checkpoint"] = parent_checkpoint.storage_uri
     return merged
+
+
+# Keys the run config receives from the linked rows rather than from the body's config.
+LINKED_CONFIG_KEYS = {
+    "kind": "kind", "dataset": "dataset", "environment": "dataset", "verifier": "verifier", "reward": "verifier",
+    "model": "model", "model_gguf_file": "model", "init_checkpoint": "parent_checkpoint_id",
+}
+QUOTED_KEY = re.compile(r"'([A-Za-z_][\w.\[\]]*)'")
+
+
+def config_error_field(message: str, config: dict) -> str:
+    """The request field a ConfigError is about: `config.<key>` for the key its message quotes.
+
+    training.config names the offending key first, in single quotes ("'learning_rate'
+    must be > 0, got -1", "unknown key 'lr' ..."). A key the body's config does not
+    hold came from a linked row (dataset, verifier, model, parent checkpoint), so the
+    error belongs beside that field instead.
+    """
+    match = QUOTED_KEY.search(message)
+    if match is None:
+        return "config"
+    key = match.group(1)
+    top = key.split(".")[0].split("[")[0]
+    if top not in config and top in LINKED_CONFIG_KEYS:
+        return LINKED_CONFIG_KEYS[top]
+    return f"config.{key}"
+
+
+def run_config_problems(
+    config: dict, *, kind: str, dataset: TaskDataset | None = None, verifier_version: VerifierVersion | None = None,
+    model: ModelSpec | None = None, parent_checkpoint: Checkpoint | None = None,
+) -> dict[str, str]:
+    """Every problem of a run config with its links, by field (`config.<key>`, `dataset`, ...), for forms."""
+    merged = _config_with_links(
+        config, kind=kind, dataset=dataset, dataset_path="tasks.jsonl" if dataset else None,
+        verifier_version=verifier_version, model=model, parent_checkpoint=parent_checkpoint,
+    )
+    problems: dict[str, str] = {}
+    for message in config_problems(merged):
+        problems.setdefault(config_error_field(message, config), message)
+    return problems
 
 
 def run_config_check(

@@ -1,0 +1,180 @@
+"""New run: the schema-driven form, presets, clone from a run, the JSON view, launch."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.db.models import Max
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+
+from training.config import PRESETS
+from webapp.api.bounds import unstorable_text_reason
+from webapp.dashboard.run_form import (
+    config_from_post,
+    grouped_fields,
+    raw_values_from_config,
+    unknown_keys,
+)
+from webapp.dashboard.views.common import breadcrumbs_for
+from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
+from webapp.projects.models import Project, Role
+from webapp.runs.models import Checkpoint, MetricPoint, ModelSpec, Run, RunKind
+from webapp.runs.services.run_config import run_config_problems, run_create
+from webapp.verifiers.models import VerifierVersion
+
+# run_config_problems names linked rows by their API field; the form's inputs are named so.
+LINK_INPUTS = {"verifier": "verifier_version", "model": "model_spec", "parent_checkpoint_id": "parent_checkpoint"}
+PRESET_LABELS = {
+    "smollm2_cpu_grpo": "CPU quick GRPO on SmolLM2-135M",
+    "sft_format": "SFT for format (SmolLM2, ground-truth calls)",
+    "seed_example": "The seeds' example (Nemotron-Nano-9B-v2, GRPO, LoRA)",
+}
+
+
+def _choices(project: Project) -> dict:
+    """What the link selects offer: the newest version of each dataset, verifier versions, models, checkpoints."""
+    newest = project.datasets.values("name").annotate(v=Max("version"))
+    datasets = [d for d in project.datasets.order_by("name", "-version")
+                if any(n["name"] == d.name and n["v"] == d.version for n in newest)]
+    return {
+        "datasets": datasets,
+        "verifier_versions": VerifierVersion.objects.filter(verifier__project=project)
+        .select_related("verifier").order_by("verifier__name", "-version")[:200],
+        "models": ModelSpec.objects.filter(project=project).order_by("name"),
+        "checkpoints": Checkpoint.objects.filter(run__project=project).select_related("run")
+        .order_by("-created_at", "-id")[:200],
+    }
+
+
+def _pick(queryset, raw: str, label: str, errors: dict[str, str], field: str):
+    if not raw:
+        return None
+    obj = queryset.filter(pk=int(raw)).first() if raw.isdigit() and int(raw) < 2**63 else None
+    if obj is None:
+        errors[field] = f"Choose a {label} of this project."
+    return obj
+
+
+def _links(project: Project, data, errors: dict[str, str]) -> dict:
+    return {
+        "dataset": _pick(project.datasets.all(), data.get("dataset", ""), "dataset", errors, "dataset"),
+        "verifier_version": _pick(VerifierVersion.objects.filter(verifier__project=project),
+                                  data.get("verifier_version", ""), "verifier version", errors, "verifier_version"),
+        "model": _pick(ModelSpec.objects.filter(project=project), data.get("model_spec", ""), "model", errors,
+                       "model_spec"),
+        "parent_checkpoint": _pick(Checkpoint.objects.filter(run__project=project),
+                                   data.get("parent_checkpoint", ""), "checkpoint", errors, "parent_checkpoint"),
+    }
+
+
+def _model_for_preset(project: Project, model: str | None) -> ModelSpec | None:
+    """The project's model spec that a preset's model names (SmolLM2 presets find the offline GGUF)."""
+    if not model:
+        return None
+    tail = model.lower().rsplit("/", 1)[-1]
+    for spec in ModelSpec.objects.filter(project=project):
+        if spec.spec == model or tail in spec.spec.lower() or spec.spec.lower() in tail:
+            return spec
+    return None
+
+
+def _start_values(request: HttpRequest, project: Project) -> tuple[dict, dict, list[str]]:
+    """Initial inputs: from ?clone=<run>, ?preset=<name>, or empty (kind grpo)."""
+    top: dict = {"kind": "grpo", "name": ""}
+    notes: list[str] = []
+    config: dict = {}
+    clone = request.GET.get("clone", "")
+    preset = request.GET.get("preset", "")
+    if clone.isdigit() and int(clone) < 2**63:
+        run = get_object_or_404_for_user(Run.objects.all(), request.user, pk=int(clone), project=project)
+        config = dict(run.config)
+        top.update(name=f"{run.name} (copy)"[:200], kind=run.kind, dataset=run.dataset_id or "",
+                   verifier_version=run.verifier_version_id or "", model_spec=run.model_id or "",
+                   parent_checkpoint=run.parent_checkpoint_id or "")
+        notes.append(f"Cloned from run {run.pk} ({run.name}).")
+    elif preset in PRESETS:
+        config = {k: v for k, v in PRESETS[preset].items() if k not in ("kind",)}
+        top.update(kind=PRESETS[preset].get("kind", "grpo"), name=PRESET_LABELS.get(preset, preset))
+        spec = _model_for_preset(project, config.get("model"))
+        if spec is not None:
+            top["model_spec"] = spec.pk
+            config.pop("model", None)
+            notes.append(f"The preset's model {PRESETS[preset]['model']} is this project's model {spec.name}.")
+    return top, raw_values_from_config(config), notes
+
+
+def _throughput(project: Project) -> float | None:
+    """Tokens per second this project's runs measured lately (for the estimate), or None."""
+    values = list(MetricPoint.objects.filter(run__project=project, split="train", name="tokens_per_second")
+                  .order_by("-id").values_list("value", flat=True)[:200])
+    return sorted(values)[len(values) // 2] if values else None
+
+
+def _render(request, project, *, top, values, errors, notes, status=200, config_json="") -> HttpResponse:
+    context = {
+        "config_json": config_json,
+        "project": project, "top": top, "values": values, "errors": errors, "notes": notes,
+        "groups": grouped_fields(), "kinds": RunKind.choices, "presets": PRESET_LABELS, **_choices(project),
+        "throughput": _throughput(project), "price": getattr(project, "price_per_device_hour", None),
+        "breadcrumbs": breadcrumbs_for(project, ("Runs", reverse("dashboard:run_list", args=[project.slug])),
+                                       ("New run", None)),
+    }
+    return render(request, "dashboard/runs/new.html", context, status=status)
+
+
+def _top_from_post(data) -> dict:
+    return {key: data.get(key, "") for key in ("name", "kind", "dataset", "verifier_version", "model_spec",
+                                               "parent_checkpoint")}
+
+
+def _load_json(request, project, top) -> HttpResponse:
+    """'Load JSON into the form': the pasted config becomes the inputs (unknown keys are named)."""
+    raw = request.POST.get("config_json", "")
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return _render(request, project, top=top, values=config_from_post(request.POST)[2],
+                       errors={"config_json": f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."},
+                       notes=[], status=422, config_json=raw)
+    if not isinstance(config, dict):
+        return _render(request, project, top=top, values={}, errors={"config_json": "Paste a JSON object."},
+                       notes=[], status=422, config_json=raw)
+    if isinstance(config.get("kind"), str) and config["kind"] in RunKind.values:
+        top["kind"] = config["kind"]
+    extra = unknown_keys(config)
+    errors = {"config_json": f"Unknown key(s) {', '.join(extra)}: not loaded."} if extra else {}
+    return _render(request, project, top=top, values=raw_values_from_config(config), errors=errors,
+                   notes=["The JSON was loaded into the form; check it and launch."])
+
+
+@login_required
+def run_new(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_project_or_404(request.user, slug, Role.EDITOR)
+    if request.method != "POST":
+        top, values, notes = _start_values(request, project)
+        return _render(request, project, top=top, values=values, errors={}, notes=notes)
+    top = _top_from_post(request.POST)
+    if request.POST.get("action") == "load_json":
+        return _load_json(request, project, top)
+    config, errors, values = config_from_post(request.POST)
+    name = top["name"].strip()
+    if not name or len(name) > 200 or unstorable_text_reason(name):
+        errors["name"] = "Give the run a name (at most 200 characters, no NUL)."
+    if top["kind"] not in RunKind.values:
+        errors["kind"] = f"Choose one of {', '.join(RunKind.values)}."
+    links = _links(project, request.POST, errors)
+    if not errors:
+        problems = run_config_problems(config, kind=top["kind"], **links)
+        errors = {LINK_INPUTS.get(field, field): message for field, message in problems.items()}
+    if errors:
+        return _render(request, project, top=top, values=values, errors=errors, notes=[], status=422)
+    with transaction.atomic():
+        run, _job = run_create(project=project, name=name, kind=top["kind"], config=config, actor=request.user,
+                               **links)
+    messages.success(request, f"Run {run.name} queued: a worker picks it up on the {_job.queue} queue.")
+    return redirect("dashboard:run_detail", slug=slug, run_id=run.pk)
