@@ -2,25 +2,80 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 
-from webapp.projects.access import get_project_or_404, role_in
+from webapp.dashboard.views.common import has_page
+from webapp.projects.access import get_project_or_404, has_role, role_in
+from webapp.projects.models import Project, Role
 from webapp.projects.selectors import project_members
+from webapp.runs.checkpoint_selectors import alias_list
+from webapp.runs.job_selectors import job_list
+from webapp.runs.models import Experiment, ExperimentState, Run, RunKind, RunStatus
+from webapp.runs.selectors import HEADLINE_METRICS, run_headline_metrics, run_list
+
+
+@dataclass(frozen=True)
+class StartStep:
+    """One step of the seeds' workflow on an empty project: done or not, and where to do it."""
+
+    label: str
+    done: bool
+    url: str | None
+    action: str
+
+
+def _url(name: str, slug: str, query: str = "") -> str | None:
+    return reverse(name, args=[slug]) + query if has_page(name) else None
+
+
+def start_steps(project: Project) -> list[StartStep]:
+    """Dataset → verifier → baseline eval → SFT when the format rate is low → GRPO → promote."""
+    runs = Run.objects.filter(project=project)
+    slug = project.slug
+    return [
+        StartStep("Import a dataset of tasks", project.datasets.exists(), _url("dashboard:dataset_list", slug),
+                  "Import tasks"),
+        StartStep("Create a verifier and sanity-check it", project.verifiers.exists(),
+                  _url("dashboard:verifier_list", slug), "Add a verifier"),
+        StartStep("Measure a baseline on held-out tasks", runs.filter(kind=RunKind.EVAL).exists(),
+                  _url("dashboard:run_new", slug), "New evaluation run"),
+        StartStep("SFT if the baseline rarely follows the format", runs.filter(kind=RunKind.SFT).exists(),
+                  _url("dashboard:run_new", slug, "?preset=sft_format"), "New SFT run"),
+        StartStep("GRPO with verifiable rewards", runs.filter(kind=RunKind.GRPO).exists(),
+                  _url("dashboard:run_new", slug, "?preset=smollm2_cpu_grpo"), "New GRPO run"),
+        StartStep("Promote a checkpoint that beats the baseline", project.aliases.exists(),
+                  _url("dashboard:checkpoint_list", slug), "Checkpoints"),
+    ]
 
 
 @login_required
 def project_overview(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_project_or_404(request.user, slug)
+    runs = run_list(project, limit=8).items
+    headline = run_headline_metrics(runs)
+    steps = start_steps(project)
     context = {
         "project": project,
         "role": role_in(request.user, project),
-        "datasets": project.datasets.all()[:20],
-        "verifiers": project.verifiers.all()[:20],
-        "runs": project.runs.select_related("model")[:20],
-        "jobs": project.jobs.select_related("run")[:10],
+        "can_edit": has_role(request.user, project, Role.EDITOR),
+        "runs": [(run, [headline.get(run.pk, {}).get(h.key) for h in HEADLINE_METRICS]) for run in runs],
+        "headlines": HEADLINE_METRICS,
+        "running_jobs": job_list(project, state="running", limit=10).items,
+        "queued_jobs": project.jobs.filter(state="queued").count(),
+        "experiments": Experiment.objects.filter(project=project, state=ExperimentState.RUNNING)
+        .order_by("-created_at")[:5],
+        "aliases": alias_list(project, limit=20).items,
         "members": project_members(project),
+        "start_steps": steps,
+        "show_start": not all(step.done for step in steps),
+        "running_count": project.runs.filter(status=RunStatus.RUNNING).count(),
+        "new_run_url": _url("dashboard:run_new", slug),
+        "experiment_url": _url("dashboard:experiment_new", slug),
         "breadcrumbs": [(project.name, None)],
     }
     return render(request, "dashboard/project_overview.html", context)
