@@ -22,6 +22,7 @@ PROJECT_NAV = [
     ("Failures", "dashboard:failures", "f"),
     ("Checkpoints", "dashboard:checkpoint_list", "c"),
     ("Jobs", "dashboard:job_list", "j"),
+    ("Settings", "dashboard:project_settings", "s"),
 ]
 
 

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from webapp.dashboard.views import checkpoints, home, jobs, overview, run_new, runs
+from webapp.dashboard.views import settings as project_settings
 
 app_name = "dashboard"
 
@@ -32,4 +33,14 @@ urlpatterns = [
     path("p/<slug:slug>/jobs/", jobs.job_list_page, name="job_list"),
     path("p/<slug:slug>/jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job_cancel"),
     path("p/<slug:slug>/jobs/<int:job_id>/retry/", jobs.job_retry_view, name="job_retry"),
+    path("p/<slug:slug>/settings/", project_settings.project_settings_page, name="project_settings"),
+    path("p/<slug:slug>/settings/members/add/", project_settings.member_add, name="project_settings_member_add"),
+    path("p/<slug:slug>/settings/members/<int:membership_id>/role/", project_settings.member_role,
+         name="project_settings_member_role"),
+    path("p/<slug:slug>/settings/members/<int:membership_id>/remove/", project_settings.member_remove,
+         name="project_settings_member_remove"),
+    path("p/<slug:slug>/settings/price/", project_settings.price_set, name="project_settings_price"),
+    path("p/<slug:slug>/settings/tokens/", project_settings.token_create, name="project_settings_token_create"),
+    path("p/<slug:slug>/settings/tokens/<int:token_id>/revoke/", project_settings.token_revoke,
+         name="project_settings_token_revoke"),
 ]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from decimal import Decimal
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -117,3 +118,88 @@ def user_theme_set(*, user, theme: str) -> None:
     if theme not in Theme.values:
         raise ValueError(f"Unknown theme {theme!r}; choose one of {', '.join(Theme.values)}.")
     UserPreference.objects.update_or_create(user=user, defaults={"theme": theme})
+
+
+# --- the project settings page: members, price --------------------------------------------------
+
+
+class MembershipExists(ValueError):
+    """The user is a member already: change their role instead of adding them again."""
+
+
+def _lock_owners(project: Project) -> list[Membership]:
+    """Lock the project's owner memberships (in one order, so two writers never deadlock).
+
+    Under PostgreSQL this serialises the "is there another owner?" check of concurrent role
+    changes and removals, so two owners demoting each other cannot leave the project without one.
+    """
+    return list(Membership.objects.select_for_update().filter(project=project, role=Role.OWNER).order_by("pk"))
+
+
+@transaction.atomic
+def membership_add(*, project: Project, user, role: str, actor) -> Membership:
+    """Add a new member (audited as membership_set_role audits an addition); refuses a current member."""
+    if role not in Role.values:
+        raise ValueError(f"Unknown role {role!r}: choose one of {', '.join(Role.values)}.")
+    try:
+        with transaction.atomic():
+            membership = Membership.objects.create(user=user, project=project, role=role)
+    except IntegrityError:
+        current = Membership.objects.filter(user=user, project=project).values_list("role", flat=True).first()
+        raise MembershipExists(f"{user.get_username()} is already a member ({current}); "
+                               "change their role in the list instead.") from None
+    audit_log(project=project, actor=actor, action="membership.set_role", target=membership,
+              data={"user": user.get_username(), "from": None, "to": role})
+    return membership
+
+
+@transaction.atomic
+def membership_change_role(*, membership: Membership, role: str, actor) -> Membership:
+    """Change an existing member's role through membership_set_role, with the owners locked first."""
+    _lock_owners(membership.project)
+    if not Membership.objects.select_for_update().filter(pk=membership.pk).exists():
+        raise ValueError(f"{membership.user.get_username()} is no longer a member of this project.")
+    return membership_set_role(project=membership.project, user=membership.user, role=role, actor=actor)
+
+
+@transaction.atomic
+def membership_remove(*, membership: Membership, actor) -> None:
+    """Remove a member (audited). Refuses to remove the last owner."""
+    project = membership.project
+    _lock_owners(project)
+    current = Membership.objects.select_for_update().filter(pk=membership.pk).first()
+    if current is None:
+        return  # removed meanwhile
+    if current.role == Role.OWNER and not _other_owner_exists(project, current.user):
+        raise ValueError("A project needs at least one owner: make someone else owner first.")
+    audit_log(project=project, actor=actor, action="membership.remove", target=current,
+              data={"user": current.user.get_username(), "from": current.role})
+    current.delete()
+
+
+# Project.price_per_device_hour is a DecimalField(max_digits=10, decimal_places=4).
+PRICE_DECIMAL_PLACES = 4
+PRICE_MAX = Decimal("999999.9999")
+
+
+def project_price_set(*, project: Project, price: Decimal | None, actor) -> Project:
+    """Set (or clear, with None) the price of one device-hour used for cost estimates (audited)."""
+    if price is not None:
+        if not price.is_finite():
+            raise ValueError("The price must be a finite number.")
+        if price < 0:
+            raise ValueError("The price cannot be negative.")
+        if price > PRICE_MAX:
+            raise ValueError(f"The price can be at most {PRICE_MAX:,}.")
+        if -price.as_tuple().exponent > PRICE_DECIMAL_PLACES and price != round(price, PRICE_DECIMAL_PLACES):
+            raise ValueError(f"The price can have at most {PRICE_DECIMAL_PLACES} decimal places.")
+    with transaction.atomic():
+        previous = Project.objects.select_for_update().filter(pk=project.pk).values_list(
+            "price_per_device_hour", flat=True).first()
+        Project.objects.filter(pk=project.pk).update(price_per_device_hour=price)
+        project.price_per_device_hour = price
+        if previous != price:
+            audit_log(project=project, actor=actor, action="project.set_price", target=project,
+                      data={"from": None if previous is None else str(previous),
+                            "to": None if price is None else str(price)})
+    return project

@@ -1,0 +1,337 @@
+"""Project settings: members and their roles, the price of a device-hour, and your own API tokens.
+
+Every member may open the page. Owners manage members and the price; everyone else sees the
+member list and the price read-only, and gets 403 from the owner forms. API tokens belong to
+users, not projects: any member manages their own tokens here (a token acts as its user in every
+project they belong to, with their role there). A new token's secret is in the response to the
+form that created it and nowhere else: not in the session, not in a message, and the response is
+not cached.
+
+Writes go through webapp.projects.services (audited, never leaving a project without an owner);
+text is checked with webapp.api.bounds.unstorable_text_reason as the API checks it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.db.models import F
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from webapp.api.bounds import unstorable_text_reason
+from webapp.dashboard.views.common import breadcrumbs_for
+from webapp.projects.access import get_project_or_404, role_in
+from webapp.projects.models import ROLE_RANK, ApiToken, Membership, Project, Role
+from webapp.projects.selectors import project_members
+from webapp.projects.services import (
+    PRICE_DECIMAL_PLACES,
+    PRICE_MAX,
+    IssuedToken,
+    MembershipExists,
+    api_token_issue,
+    api_token_revoke,
+    membership_add,
+    membership_change_role,
+    membership_remove,
+    project_price_set,
+)
+
+TOKEN_NAME_MAX = ApiToken._meta.get_field("name").max_length
+USERNAME_MAX = 150
+PRICE_TEXT_MAX = 32
+TOKENS_SHOWN = 100  # active tokens first, then the latest revoked ones
+PRICE_PATTERN = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)")  # ASCII digits only
+
+
+# ---------------------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemberRow:
+    """A member in the list, with the role picked in its form and that form's error."""
+
+    membership: Membership
+    selected_role: str
+    error: str | None
+    last_owner: bool
+
+
+def _is_owner(user, project: Project) -> bool:
+    return ROLE_RANK.get(role_in(user, project), 0) >= ROLE_RANK[Role.OWNER]
+
+
+def price_text(price: Decimal | None) -> str:
+    """The stored price as a person would type it: 2.5 for 2.5000, 100 for 100.0000, "" when not set."""
+    if price is None:
+        return ""
+    return format(price.normalize(), "f")
+
+
+def _user_tokens(user) -> tuple[list[ApiToken], bool]:
+    tokens = list(ApiToken.objects.filter(user=user)
+                  .order_by(F("revoked_at").desc(nulls_first=True), "-created_at", "-pk")[:TOKENS_SHOWN + 1])
+    return tokens[:TOKENS_SHOWN], len(tokens) > TOKENS_SHOWN
+
+
+def _render(request: HttpRequest, project: Project, *, status: int = 200, errors: dict | None = None,
+            forms: dict | None = None, issued: IssuedToken | None = None) -> HttpResponse:
+    """The whole page; `errors` and `forms` hold one form's errors and what was typed into it."""
+    members = list(project_members(project))
+    owners = sum(1 for m in members if m.role == Role.OWNER)
+    tokens, more_tokens = _user_tokens(request.user)
+    row_role, row_errors = (forms or {}).get("row_role", {}), (errors or {}).get("rows", {})
+    forms = {"add_username": "", "add_role": Role.VIEWER, "price": price_text(project.price_per_device_hour),
+             "token_name": "", **(forms or {})}
+    context = {
+        "project": project,
+        "role": role_in(request.user, project),
+        "is_owner": _is_owner(request.user, project),
+        "members": [MemberRow(m, row_role.get(m.pk, m.role), row_errors.get(m.pk),
+                              m.role == Role.OWNER and owners == 1) for m in members],
+        "owner_count": owners,
+        "roles": Role.choices,
+        "tokens": tokens,
+        "more_tokens": more_tokens,
+        "tokens_shown": TOKENS_SHOWN,
+        "issued": issued,
+        "errors": errors or {},
+        "forms": forms,
+        "price_max": PRICE_MAX,
+        "price_decimals": PRICE_DECIMAL_PLACES,
+        "token_name_max": TOKEN_NAME_MAX,
+        "username_max": USERNAME_MAX,
+        "price_text_max": PRICE_TEXT_MAX,
+        "breadcrumbs": breadcrumbs_for(project, ("Settings", None)),
+    }
+    response = render(request, "dashboard/settings/settings.html", context, status=status)
+    if issued is not None:
+        response["Cache-Control"] = "no-store"
+    return response
+
+
+def _settings_url(slug: str, anchor: str = "") -> str:
+    return reverse("dashboard:project_settings", args=[slug]) + (f"#{anchor}" if anchor else "")
+
+
+@login_required
+@require_GET
+def project_settings_page(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_project_or_404(request.user, slug)
+    return _render(request, project)
+
+
+# ---------------------------------------------------------------------------------------
+# Members (owner)
+# ---------------------------------------------------------------------------------------
+
+
+def _text_problem(label: str, text: str, max_length: int) -> str | None:
+    reason = unstorable_text_reason(text)
+    if reason:
+        return f"The {label} {reason}."
+    if len(text) > max_length:
+        return f"The {label} is {len(text)} characters long; at most {max_length} are allowed."
+    return None
+
+
+def _find_user(username: str):
+    """The user of that name: exactly as typed, else the one whose name differs only in case."""
+    User = get_user_model()
+    field = User.USERNAME_FIELD
+    user = User.objects.filter(**{field: username}).first()
+    if user is None:
+        matches = list(User.objects.filter(**{f"{field}__iexact": username})[:2])
+        user = matches[0] if len(matches) == 1 else None
+    return user
+
+
+def _role_problem(role: str) -> str | None:
+    if role not in Role.values:
+        return f"Choose one of the roles: {', '.join(Role.values)}."
+    return None
+
+
+@login_required
+@require_POST
+def member_add(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_project_or_404(request.user, slug, Role.OWNER)
+    username = request.POST.get("username", "").strip()
+    role = request.POST.get("role", "")
+    forms = {"add_username": username, "add_role": role}
+    errors: dict[str, str] = {}
+    problem = _text_problem("user name", username, USERNAME_MAX)
+    if problem:
+        errors["username"] = problem
+    elif not username:
+        errors["username"] = "Type the user name of the person to add."
+    if role_problem := _role_problem(role):
+        errors["add_role"] = role_problem
+    user = None
+    if "username" not in errors:
+        user = _find_user(username)
+        if user is None:
+            errors["username"] = (f"There is no user named “{username}”. They need an account first "
+                                  "(an administrator creates it).")
+        elif not user.is_active:
+            errors["username"] = f"The account “{user.get_username()}” is inactive: it could not sign in."
+    if not errors:
+        try:
+            membership_add(project=project, user=user, role=role, actor=request.user)
+        except MembershipExists as exc:
+            errors["username"] = str(exc)
+        except ValueError as exc:
+            errors["add_role"] = str(exc)
+    if errors:
+        return _render(request, project, status=400, errors=errors, forms=forms)
+    messages.success(request, f"{user.get_username()} joined {project.name} as {role}.")
+    return redirect(_settings_url(slug, "members"))
+
+
+def _membership(project: Project, membership_id: int) -> Membership:
+    membership = project.memberships.select_related("user", "project").filter(pk=membership_id).first()
+    if membership is None:
+        raise Http404("No such member in this project.")
+    return membership
+
+
+@login_required
+@require_POST
+def member_role(request: HttpRequest, slug: str, membership_id: int) -> HttpResponse:
+    project = get_project_or_404(request.user, slug, Role.OWNER)
+    membership = _membership(project, membership_id)
+    role = request.POST.get("role", "")
+    name = membership.user.get_username()
+    error = _role_problem(role)
+    if error is None and role == membership.role:
+        messages.info(request, f"{name} is already {role}; nothing changed.")
+        return redirect(_settings_url(slug, "members"))
+    if error is None:
+        try:
+            membership_change_role(membership=membership, role=role, actor=request.user)
+        except ValueError as exc:
+            error = (f"{name} is the only owner: make someone else owner first."
+                     if "at least one owner" in str(exc) else str(exc))
+    if error:
+        return _render(request, project, status=400, errors={"rows": {membership.pk: error}},
+                       forms={"row_role": {membership.pk: role}})
+    messages.success(request, f"{name} is now {role} (was {membership.role}).")
+    if membership.user == request.user and not _is_owner(request.user, project):
+        messages.info(request, "You are no longer an owner: the page is read-only for you now.")
+    return redirect(_settings_url(slug, "members"))
+
+
+@login_required
+@require_POST
+def member_remove(request: HttpRequest, slug: str, membership_id: int) -> HttpResponse:
+    project = get_project_or_404(request.user, slug, Role.OWNER)
+    membership = _membership(project, membership_id)
+    name = membership.user.get_username()
+    try:
+        membership_remove(membership=membership, actor=request.user)
+    except ValueError:
+        return _render(request, project, status=400, errors={"rows": {
+            membership.pk: f"{name} is the only owner and cannot be removed: make someone else owner first."}})
+    if membership.user == request.user and role_in(request.user, project) is None:
+        messages.success(request, f"You left {project.name}.")
+        return redirect("dashboard:home")
+    messages.success(request, f"{name} was removed from {project.name}.")
+    return redirect(_settings_url(slug, "members"))
+
+
+# ---------------------------------------------------------------------------------------
+# Price per device-hour (owner)
+# ---------------------------------------------------------------------------------------
+
+
+def parse_price(text: str) -> tuple[Decimal | None, str | None]:
+    """(price, None) for a decimal ≥ 0 or empty text (None: not set); else (None, what to fix)."""
+    text = text.strip()
+    problem = _text_problem("price", text, PRICE_TEXT_MAX)
+    if problem:
+        return None, problem
+    if not text:
+        return None, None
+    if text.startswith("-"):
+        return None, "The price cannot be negative: enter 0 or more, or leave it empty."
+    if "," in text and PRICE_PATTERN.fullmatch(text.replace(",", ".", 1)):
+        return None, (f"Use a point for decimals ({text.replace(',', '.', 1)}) and no thousands separators "
+                      f"({text.replace(',', '', 1)}).")
+    if not PRICE_PATTERN.fullmatch(text):
+        return None, "Enter a plain number such as 2.5, without a currency sign, spaces or thousands separators."
+    try:
+        price = Decimal(text)
+    except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
+        return None, "Enter a plain number such as 2.5."
+    if price > PRICE_MAX:
+        return None, f"The price can be at most {price_text(PRICE_MAX)}."
+    if price != round(price, PRICE_DECIMAL_PLACES):
+        return None, f"The price can have at most {PRICE_DECIMAL_PLACES} decimal places."
+    return price, None
+
+
+@login_required
+@require_POST
+def price_set(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_project_or_404(request.user, slug, Role.OWNER)
+    typed = request.POST.get("price", "")
+    price, error = parse_price(typed)
+    if error is None:
+        try:
+            project_price_set(project=project, price=price, actor=request.user)
+        except ValueError as exc:
+            error = str(exc)
+    if error:
+        return _render(request, project, status=400, errors={"price": error}, forms={"price": typed})
+    if price is None:
+        messages.success(request, "The price per device-hour is cleared: cost estimates are not shown.")
+    else:
+        messages.success(request, f"The price per device-hour is now {price_text(price)}.")
+    return redirect(_settings_url(slug, "price"))
+
+
+# ---------------------------------------------------------------------------------------
+# API tokens (every member, their own tokens)
+# ---------------------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+@never_cache
+def token_create(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_project_or_404(request.user, slug)
+    typed = request.POST.get("name", "")
+    name = typed.strip()
+    error = _text_problem("name", name, TOKEN_NAME_MAX)
+    if error is None and not name:
+        error = "Give the token a name: the script or machine that will use it, e.g. “ci runner”."
+    if error:
+        return _render(request, project, status=400, errors={"token_name": error}, forms={"token_name": typed})
+    issued = api_token_issue(user=request.user, name=name)
+    # The secret goes into this response only (never a redirect, a message or the session).
+    return _render(request, project, issued=issued)
+
+
+@login_required
+@require_POST
+def token_revoke(request: HttpRequest, slug: str, token_id: int) -> HttpResponse:
+    get_project_or_404(request.user, slug)
+    token = ApiToken.objects.filter(pk=token_id, user=request.user).first()
+    if token is None:
+        raise Http404("You have no such API token.")
+    if token.revoked_at is not None:
+        messages.info(request, f"Token “{token.name}” ({token.prefix}…) was already revoked.")
+    else:
+        api_token_revoke(token=token)
+        messages.success(request, f"Token “{token.name}” ({token.prefix}…) is revoked: it no longer authenticates.")
+    return redirect(_settings_url(slug, "tokens"))
