@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.dashboard.views import checkpoints, home, jobs, overview, run_new, runs
+from webapp.dashboard.views import checkpoints, experiments, home, jobs, overview, run_new, runs
 from webapp.dashboard.views import settings as project_settings
 
 app_name = "dashboard"
@@ -30,6 +30,11 @@ urlpatterns = [
     path("p/<slug:slug>/runs/<int:run_id>/live/", runs.run_live, name="run_live"),
     path("p/<slug:slug>/runs/<int:run_id>/cancel/", runs.run_cancel_view, name="run_cancel"),
     path("p/<slug:slug>/runs/<int:run_id>/retry/", runs.run_retry_view, name="run_retry"),
+    path("p/<slug:slug>/experiments/", experiments.experiment_list_page, name="experiment_list"),
+    path("p/<slug:slug>/experiments/new/", experiments.experiment_new_page, name="experiment_new"),
+    path("p/<slug:slug>/experiments/<int:experiment_id>/", experiments.experiment_detail_page,
+         name="experiment_detail"),
+    path("p/<slug:slug>/experiments/<int:experiment_id>/live/", experiments.experiment_live, name="experiment_live"),
     path("p/<slug:slug>/jobs/", jobs.job_list_page, name="job_list"),
     path("p/<slug:slug>/jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job_cancel"),
     path("p/<slug:slug>/jobs/<int:job_id>/retry/", jobs.job_retry_view, name="job_retry"),

@@ -1,0 +1,469 @@
+"""Experiments: the list, the new-experiment form, and one experiment's pipeline page.
+
+An experiment is the seeds' workflow as one object (baseline -> SFT when needed -> GRPO ->
+held-out evaluation -> promotion gates); webapp.runs.services.experiments drives it. The form
+validates with that module's own code (experiment_config's checks per setting, each stage's
+run config as experiment_create checks it, then experiment_create itself), so the page
+accepts exactly what the API accepts, and shows every error beside the field it is about.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import Max
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
+from pydantic import TypeAdapter, ValidationError
+
+from training.config import RUN_CONFIG_SCHEMA, ConfigError
+from webapp.api.bounds import Text, json_problem
+from webapp.api.pagination import CursorError, Page
+from webapp.dashboard.views.common import breadcrumbs_for, has_page, query_without_after
+from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, has_role
+from webapp.projects.models import Project, Role
+from webapp.runs.checkpoint_selectors import ExperimentRow, experiment_list
+from webapp.runs.management.commands.crucible_experiment import QUICK_CONFIG
+from webapp.runs.models import Experiment, ExperimentState, Run
+from webapp.runs.selectors import run_latest_jobs
+from webapp.runs.services.experiments import (
+    DEFAULT_CONFIG,
+    NUMBER_BOUNDS,
+    STAGE_KEYS,
+    STAGE_ORDER,
+    WAITING,
+    ExperimentError,
+    experiment_config,
+    experiment_create,
+    stage_plan,
+)
+from webapp.runs.services.run_config import LINKED_CONFIG_KEYS, run_config_check
+
+PAGE_SIZE = 50
+CHOICES_LIMIT = 500  # datasets, verifiers and models offered in one select
+MAX_REGRESSION_DATASETS = 50  # each one is two more evaluation runs
+NAME_TEXT = TypeAdapter(Text(200, min_length=1))  # ExperimentIn.name's bound
+
+STAGE_TITLES = {
+    "common": "Shared",
+    "baseline": "Baseline evaluation",
+    "sft": "SFT",
+    "grpo": "GRPO",
+    "held_out": "Held-out evaluation",
+}
+STAGE_HELP = {
+    "common": "Settings shared by every stage (each stage's own settings override them), "
+              "e.g. max_tasks, max_completion_length, device.",
+    "baseline": "Evaluates the model as it is on the dataset's held-out split: the numbers the gates compare against.",
+    "sft": "Supervised fine-tuning on the dataset's reference answers, so the model learns the output format. "
+           "Runs only when the baseline's valid-format rate is under the threshold; otherwise it is skipped.",
+    "grpo": "Reinforcement learning with the verifier's rewards, starting from SFT's best checkpoint when SFT ran. "
+            "Its best checkpoint (checkpoint_metric) becomes the candidate.",
+    "held_out": "Evaluates the candidate on the held-out split, like the baseline.",
+}
+NUMBER_LABELS = {
+    "sft_valid_format_threshold": "Run SFT when the baseline's valid-format rate is under",
+    "success_margin": "Held-out success must beat the baseline's by more than",
+    "latency_p95_max_ratio": "Candidate p95 latency at most this multiple of the baseline's",
+}
+NUMBER_STEPS = {"sft_valid_format_threshold": "0.01", "success_margin": "0.01", "latency_p95_max_ratio": "0.05"}
+FORM_FIELDS = ("name", "dataset", "verifier", "model", *STAGE_KEYS, *NUMBER_BOUNDS, "regression_datasets")
+_SETTING_ERROR = re.compile(r"^config\.(\w+): (.*)$", re.S)
+_QUOTED_KEY = re.compile(r"'([A-Za-z0-9_]+)'")
+
+
+def _field_anchor(key: str) -> tuple[str, str]:
+    """(label, element id) of a form field, for the error summary's links."""
+    if key in STAGE_KEYS:
+        return f"{STAGE_TITLES[key]} settings", f"cfg-{key}"
+    if key in NUMBER_BOUNDS:
+        return key, f"num-{key}"
+    return key.replace("_", " ").capitalize(), f"exp-{key.replace('_', '-')}"
+
+
+def _stage_text(value: dict) -> str:
+    return json.dumps(value, indent=2)
+
+
+def _preset_texts(preset: str) -> dict[str, str]:
+    """Each stage textarea's text for a preset: the defaults, or the defaults with QUICK_CONFIG merged in."""
+    config = experiment_config(QUICK_CONFIG) if preset == "quick" else DEFAULT_CONFIG
+    return {key: _stage_text(config[key]) for key in STAGE_KEYS}
+
+
+# ---------------------------------------------------------------------------------------
+# The list
+# ---------------------------------------------------------------------------------------
+
+
+def stage_order(stages: dict) -> list[str]:
+    """The stages an experiment has, in pipeline order (PostgreSQL's jsonb does not keep key order)."""
+    regression = sorted(name for name in stages if name not in STAGE_ORDER)
+    return [name for name in STAGE_ORDER if name in stages] + regression
+
+
+def current_stage(state: str, stages: dict) -> str:
+    """Where the pipeline stands: the stage it waits for, the stage that failed, or "gates" when done."""
+    ordered = stage_order(stages)
+    for name in ordered:
+        if stages[name].get("state") == WAITING:
+            return name
+    failed = [name for name in ordered if stages[name].get("state") == "failed"]
+    if failed:
+        return failed[0]
+    if state == ExperimentState.SUCCEEDED:
+        return "gates"
+    return ordered[-1] if ordered else "—"
+
+
+@dataclass(frozen=True)
+class ListRow:
+    experiment: ExperimentRow
+    stage: str
+    stage_state: str
+    gates_total: int
+    gates_failed: list[str]
+
+
+def _list_row(row: ExperimentRow) -> ListRow:
+    stage = current_stage(row.state, row.stages)
+    stage_state = row.stages.get(stage, {}).get("state", "") if stage != "gates" else ""
+    failed = [str(g.get("gate", "?")) for g in row.gates if not g.get("passed")]
+    return ListRow(row, stage, stage_state, len(row.gates), failed)
+
+
+@login_required
+def experiment_list_page(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_project_or_404(request.user, slug)
+    error = None
+    try:
+        page = experiment_list(project, after=request.GET.get("after") or None, limit=PAGE_SIZE)
+    except CursorError as exc:
+        page, error = Page(items=[], next_cursor=None), str(exc)
+    rows = [_list_row(r) for r in page.items]
+    context = {
+        "project": project, "rows": rows, "page": page, "query": query_without_after(request), "list_error": error,
+        "can_edit": has_role(request.user, project, Role.EDITOR),
+        "any_running": any(r.experiment.state == ExperimentState.RUNNING for r in rows),
+    }
+    if request.htmx:
+        return render(request, "dashboard/experiments/_rows.html", context)
+    context["breadcrumbs"] = breadcrumbs_for(project, ("Experiments", None))
+    return render(request, "dashboard/experiments/list.html", context)
+
+
+# ---------------------------------------------------------------------------------------
+# The form
+# ---------------------------------------------------------------------------------------
+
+
+def settings_reference() -> list[dict]:
+    """training's run-config keys a stage may set, with their documentation (the linked ones excluded)."""
+    rows = []
+    for key, spec in RUN_CONFIG_SCHEMA["properties"].items():
+        if key in LINKED_CONFIG_KEYS and key != "kind":
+            continue
+        rows.append({"key": key, "group": spec.get("x-group") or "", "kinds": ", ".join(spec.get("x-kinds") or []),
+                     "default": json.dumps(spec["default"]) if "default" in spec else "",
+                     "description": spec.get("description", "")})
+    return rows
+
+
+def _choices(project: Project) -> dict:
+    datasets = list(project.datasets.order_by("name", "-version").values("id", "name", "version")[:CHOICES_LIMIT])
+    verifiers = list(project.verifiers.annotate(latest=Max("versions__version")).order_by("name")
+                     .values("id", "name", "kind", "latest")[:CHOICES_LIMIT])
+    models = list(project.model_specs.order_by("name").values("id", "name", "hf_id", "local_path")[:CHOICES_LIMIT])
+    names = sorted({d["name"] for d in datasets})
+    return {"datasets": datasets, "verifiers": verifiers, "models": models, "dataset_names": names}
+
+
+def _initial_form(request: HttpRequest, choices: dict) -> dict:
+    preset = "quick" if request.GET.get("preset") == "quick" else "default"
+    first = lambda rows: str(rows[0]["id"]) if rows else ""  # noqa: E731
+    return {
+        "name": "", "dataset": first(choices["datasets"]), "verifier": first(choices["verifiers"]),
+        "model": first(choices["models"]), "stages": _preset_texts(preset),
+        "numbers": {key: str(DEFAULT_CONFIG[key]) for key in NUMBER_BOUNDS},
+        "regression_datasets": [], "quick": preset == "quick",
+    }
+
+
+def _posted_form(request: HttpRequest) -> dict:
+    post = request.POST
+    return {
+        "name": post.get("name", "").strip(), "dataset": post.get("dataset", ""), "verifier": post.get("verifier", ""),
+        "model": post.get("model", ""), "stages": {key: post.get(key, "") for key in STAGE_KEYS},
+        "numbers": {key: post.get(key, "").strip() for key in NUMBER_BOUNDS},
+        "regression_datasets": post.getlist("regression_datasets"), "quick": post.get("quick") == "on",
+    }
+
+
+_ALLOWED_LIST = re.compile(r" \(allowed: [^)]*\)")
+
+
+def _sentence(message: str) -> str:
+    """The message as a sentence; training's list of every allowed key gives way to the page's reference."""
+    message, shortened = _ALLOWED_LIST.subn("", message.strip())
+    if shortened:
+        message = message.rstrip(".") + (" " if message.endswith("?") else ". ") + \
+            "The settings reference below lists every key"
+    message = message[:1].upper() + message[1:]
+    return message if message.endswith((".", "?", "!")) else message + "."
+
+
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not valid JSON (write a number, or null)")
+
+
+def _parse_stage(text: str) -> tuple[object, str | None]:
+    """A textarea's JSON value, or why it is not one (with the line and column of a syntax error)."""
+    if not text.strip():
+        return {}, None  # empty: the stage keeps its defaults
+    try:
+        value = json.loads(text, parse_constant=_no_constants)
+    except json.JSONDecodeError as exc:
+        return None, f"Not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
+    except ValueError as exc:  # NaN / Infinity
+        return None, _sentence(str(exc))
+    except RecursionError:
+        return None, "Not valid JSON: it nests too deeply."
+    problem = json_problem(value)
+    if problem:
+        return None, _sentence(problem)
+    return value, None
+
+
+def _number(text: str):
+    """A float where the text is one; otherwise the text itself, for experiment_config to refuse by name."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _pick(rows: list[dict], raw: str, what: str, errors: dict, field: str):
+    if not raw:
+        errors[field] = f"Choose a {what}."
+        return None
+    match = next((row for row in rows if str(row["id"]) == raw), None)
+    if match is None:
+        errors[field] = f"There is no such {what} in this project; choose one from the list."
+    return match
+
+
+def _blame(stage: str, message: str, overrides: dict) -> str:
+    """The field a stage's run-config error is about: the stage, or "common" when the key came from there."""
+    found = _QUOTED_KEY.search(message)
+    common, own = overrides.get("common"), overrides.get(stage)
+    if found and isinstance(common, dict) and found.group(1) in common and not (
+            isinstance(own, dict) and found.group(1) in own):
+        return "common"
+    return stage
+
+
+def _service_error(message: str, overrides: dict) -> tuple[str, str]:
+    """(field, message) for an ExperimentError: "config.grpo: ..." belongs beside the grpo textarea."""
+    match = _SETTING_ERROR.match(message)
+    if match and match.group(1) in FORM_FIELDS:
+        key, text = match.groups()
+        return (_blame(key, text, overrides) if key in STAGE_ORDER else key), _sentence(text)
+    if message.startswith("Regression dataset"):
+        return "regression_datasets", _sentence(message)
+    return "form", _sentence(message)
+
+
+def _validate(project: Project, form: dict, choices: dict) -> tuple[dict, dict]:
+    """(errors by field, what experiment_create needs); every error at once, not only the first."""
+    errors: dict[str, str] = {}
+    try:
+        NAME_TEXT.validate_python(form["name"])
+    except ValidationError as exc:
+        errors["name"] = "Give the experiment a name." if not form["name"] else _sentence(
+            exc.errors()[0]["msg"].removeprefix("Value error, ").removeprefix("text "))
+    dataset = _pick(choices["datasets"], form["dataset"], "dataset", errors, "dataset")
+    verifier = _pick(choices["verifiers"], form["verifier"], "verifier", errors, "verifier")
+    model = _pick(choices["models"], form["model"], "model", errors, "model")
+    if verifier is not None and verifier["latest"] is None:
+        errors["verifier"] = f"Verifier {verifier['name']!r} has no version yet; save one first."
+
+    overrides: dict = {}
+    for key in STAGE_KEYS:
+        value, problem = _parse_stage(form["stages"][key])
+        if problem:
+            errors[key] = problem
+        else:
+            overrides[key] = value
+    for key in NUMBER_BOUNDS:
+        overrides[key] = _number(form["numbers"][key])
+    overrides["regression_datasets"] = form["regression_datasets"]
+    unstorable = json_problem(form["regression_datasets"])
+    if len(form["regression_datasets"]) > MAX_REGRESSION_DATASETS or unstorable:
+        errors["regression_datasets"] = (f"Pick at most {MAX_REGRESSION_DATASETS} regression datasets."
+                                         if not unstorable else _sentence(f"A name in {unstorable}"))
+        overrides.pop("regression_datasets")
+    # Each setting's type and range: experiment_config's own checks, one setting at a time.
+    for key, value in list(overrides.items()):
+        try:
+            experiment_config({key: value})
+        except ExperimentError as exc:
+            field, message = _service_error(str(exc), overrides)
+            errors.setdefault(field, message)
+            overrides.pop(key)
+
+    links = {}
+    if dataset and verifier and model and verifier["latest"] is not None:
+        links = {"dataset": project.datasets.get(pk=dataset["id"]), "model": project.model_specs.get(pk=model["id"]),
+                 "verifier_version": project.verifiers.get(pk=verifier["id"]).latest_version}
+        # Each stage's run config as experiment_create checks it (common beneath the stage), so the
+        # form reports a bad SFT setting and a bad GRPO setting together.
+        for stage in STAGE_ORDER:
+            if any(key in errors for key in ("common", stage)):
+                continue
+            full = experiment_config({k: overrides[k] for k in ("common", stage) if k in overrides})
+            config = {**full["common"], **full[stage]}
+            try:
+                run_config_check(config, kind=config.get("kind", ""), **links)
+            except ConfigError as exc:
+                errors.setdefault(_blame(stage, str(exc), overrides), _sentence(str(exc)))
+    return errors, {**links, "config": overrides}
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def experiment_new_page(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_project_or_404(request.user, slug, Role.EDITOR)
+    choices = _choices(project)
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        form = _posted_form(request)
+        errors, ready = _validate(project, form, choices)
+        if not errors:
+            try:
+                experiment = experiment_create(project=project, name=form["name"], actor=request.user, **ready)
+            except ExperimentError as exc:
+                field, message = _service_error(str(exc), ready["config"])
+                errors[field] = message
+            else:
+                baseline = experiment.stages.get("baseline", {}).get("run")
+                messages.success(request, f"Experiment {experiment.name!r} started"
+                                          + (f": the baseline evaluation is queued as run {baseline}." if baseline
+                                             else "."))
+                return redirect("dashboard:experiment_detail", slug=slug, experiment_id=experiment.pk)
+    else:
+        form = _initial_form(request, choices)
+    selected_dataset = next((d["name"] for d in choices["datasets"] if str(d["id"]) == form["dataset"]), None)
+    regression = [{"name": n, "main": n == selected_dataset and n not in form["regression_datasets"]}
+                  for n in choices["dataset_names"]]
+    context = {
+        "project": project, "form": form, "errors": errors, **choices,
+        "regression_choices": regression,
+        "regression_size": min(6, max(2, sum(not r["main"] for r in regression))),
+        "stage_fields": {key: {"key": key, "title": STAGE_TITLES[key], "help": STAGE_HELP[key],
+                               "text": form["stages"][key], "error": errors.get(key),
+                               "rows": min(18, max(3, form["stages"][key].count("\n") + 2))} for key in STAGE_KEYS},
+        "field_errors": [(_field_anchor(key), message) for key, message in errors.items() if key != "form"],
+        "settings_reference": settings_reference(),
+        "number_fields": {key: {"key": key, "label": NUMBER_LABELS[key], "value": form["numbers"][key],
+                                "min": NUMBER_BOUNDS[key][0], "max": NUMBER_BOUNDS[key][1], "step": NUMBER_STEPS[key],
+                                "default": DEFAULT_CONFIG[key], "error": errors.get(key)} for key in NUMBER_BOUNDS},
+        "presets": {"default": _preset_texts("default"), "quick": _preset_texts("quick")},
+        "links": {name: reverse(f"dashboard:{name}", args=[slug]) if has_page(f"dashboard:{name}") else ""
+                  for name in ("dataset_list", "verifier_list")},
+        "breadcrumbs": breadcrumbs_for(project, ("Experiments", reverse("dashboard:experiment_list", args=[slug])),
+                                       ("New experiment", None)),
+    }
+    return render(request, "dashboard/experiments/new.html", context, status=400 if errors else 200)
+
+
+# ---------------------------------------------------------------------------------------
+# One experiment
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageView:
+    key: str
+    title: str
+    state: str  # succeeded / skipped / failed / waiting, or "not started" / "not reached"
+    run: Run | None
+    progress: float | None
+    run_status: str
+    reason: str
+
+
+def _stage_title(key: str) -> str:
+    if key.startswith("regression:"):
+        _, name, side = key.split(":", 2)
+        return f"Regression {name}: {'baseline' if side == 'baseline' else 'candidate'}"
+    return STAGE_TITLES.get(key, key)
+
+
+def stage_views(experiment: Experiment) -> list[StageView]:
+    """Every stage of the plan, in order, with its run and the run's job progress: two queries."""
+    stages = experiment.stages
+    plan = stage_plan(experiment)
+    plan += [name for name in stage_order(stages) if name not in plan]
+    run_ids = [info["run"] for info in stages.values() if info.get("run")]
+    runs = {run.pk: run for run in Run.objects.filter(pk__in=run_ids)}
+    jobs = run_latest_jobs(runs.values())
+    views = []
+    for key in plan:
+        info = stages.get(key)
+        if info is None:
+            state = "not started" if experiment.state == ExperimentState.RUNNING else "not reached"
+            views.append(StageView(key, _stage_title(key), state, None, None, "", ""))
+            continue
+        run = runs.get(info.get("run"))
+        job = jobs.get(run.pk) if run else None
+        views.append(StageView(key, _stage_title(key), info.get("state", ""), run,
+                               job.progress if job and info.get("state") == WAITING else None,
+                               run.status if run else "", info.get("reason", "")))
+    return views
+
+
+def _experiment_for(request: HttpRequest, slug: str, experiment_id: int) -> Experiment:
+    return get_object_or_404_for_user(
+        Experiment.objects.select_related("project", "dataset", "verifier_version__verifier", "model", "created_by",
+                                          "candidate_checkpoint__run"),
+        request.user, Role.VIEWER, pk=experiment_id, project__slug=slug)
+
+
+def _live_context(request: HttpRequest, experiment: Experiment) -> dict:
+    config = experiment.config
+    gates = experiment.gates or []
+    return {
+        "project": experiment.project, "experiment": experiment, "stages": stage_views(experiment),
+        "running": experiment.state == ExperimentState.RUNNING, "gates": gates,
+        "gates_failed": [g.get("gate") for g in gates if not g.get("passed")],
+        "can_promote": has_role(request.user, experiment.project, Role.OWNER),
+        "margin": config.get("success_margin"), "ratio": config.get("latency_p95_max_ratio"),
+        "threshold": config.get("sft_valid_format_threshold"),
+        "regression": config.get("regression_datasets") or [],
+    }
+
+
+@login_required
+def experiment_detail_page(request: HttpRequest, slug: str, experiment_id: int) -> HttpResponse:
+    experiment = _experiment_for(request, slug, experiment_id)
+    context = _live_context(request, experiment)
+    context.update(
+        config_json=json.dumps(experiment.config, indent=2),
+        breadcrumbs=breadcrumbs_for(experiment.project,
+                                    ("Experiments", reverse("dashboard:experiment_list", args=[slug])),
+                                    (experiment.name, None)),
+    )
+    return render(request, "dashboard/experiments/detail.html", context)
+
+
+@login_required
+def experiment_live(request: HttpRequest, slug: str, experiment_id: int) -> HttpResponse:
+    """The header, timeline, gates and candidate, swapped in by htmx every few seconds while it runs."""
+    experiment = _experiment_for(request, slug, experiment_id)
+    return render(request, "dashboard/experiments/_live.html", _live_context(request, experiment))
