@@ -32,3 +32,18 @@ def project_team(db, make_user):
     outsider = make_user("outsider")
     other = project_create(name="Other team", owner=outsider)
     return {"project": project, "other": other, "outsider": outsider, **members}
+
+
+@pytest.fixture
+def bearer(project_team):
+    """Authorization headers for a role of `project_team` (one API token per role, issued on first use)."""
+    from webapp.projects.services import api_token_issue
+
+    tokens: dict[str, str] = {}
+
+    def headers(who: str) -> dict:
+        if who not in tokens:
+            tokens[who] = api_token_issue(user=project_team[who], name=f"{who} script").raw
+        return {"HTTP_AUTHORIZATION": f"Bearer {tokens[who]}"}
+
+    return headers

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from browser_session import login
 
 from webapp.datasets.services import dataset_create
 from webapp.projects.models import UserPreference
@@ -21,14 +22,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 BASELINE = {"success_rate": 0.05, "valid_json_rate": 0.42, "reward_mean": 0.11, "unsafe_action_rate": 0.04,
             "latency_p95": 310.0}
-
-
-def _login(page, live_server, username: str) -> None:
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", f"pw-{username}")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
 
 
 def _experiment(project, name, candidate, held_out, gates, *, stuff):
@@ -96,7 +89,7 @@ def _panel(page, name: str) -> str:
 def test_promote_through_the_confirmation_then_roll_back(page, live_server, project_team, checkpoints):
     csp_errors: list[str] = []
     page.on("console", lambda m: csp_errors.append(m.text) if "Content Security Policy" in m.text else None)
-    _login(page, live_server, "owner")
+    login(page, live_server, "owner")
     slug = project_team["project"].slug
     page.goto(f"{live_server.url}/p/{slug}/checkpoints/")
     assert "production" in page.locator(".alias-panel").inner_text()
@@ -140,7 +133,7 @@ def test_promote_through_the_confirmation_then_roll_back(page, live_server, proj
 
 def test_a_dismissed_confirmation_rolls_nothing_back(page, live_server, project_team, checkpoints):
     alias_move(checkpoint=checkpoints[30], name="production", actor=project_team["owner"], reason="gates passed")
-    _login(page, live_server, "owner")
+    login(page, live_server, "owner")
     page.goto(f"{live_server.url}/p/{project_team['project'].slug}/checkpoints/")
     page.on("dialog", lambda dialog: dialog.dismiss())
     page.click("#alias-production button:has-text('Roll back')")
@@ -156,7 +149,7 @@ def test_older_moves_load_in_place(page, live_server, project_team, checkpoints)
     for i in range(6):
         alias_move(checkpoint=checkpoints[30] if i % 2 == 0 else checkpoints[50], name="production", actor=owner,
                    reason=f"flip {i}")
-    _login(page, live_server, "viewer")
+    login(page, live_server, "viewer")
     page.goto(f"{live_server.url}/p/{project_team['project'].slug}/checkpoints/")
     rows = page.locator("#alias-production tr.move")
     assert rows.count() == 5
@@ -174,7 +167,7 @@ def test_the_table_follows_an_export_until_it_is_done(page, live_server, project
     out = tmp_path / "runs" / ckpt.run.folder_name / "exports" / "step_30"
     job = Job.objects.create(project=project_team["project"], kind="export", queue="rollout", state=JobState.RUNNING,
                              progress=0.1, payload={"checkpoint_id": ckpt.pk, "out": str(out)})
-    _login(page, live_server, "editor")
+    login(page, live_server, "editor")
     page.goto(f"{live_server.url}/p/{project_team['project'].slug}/checkpoints/")
     row = page.locator(f'tr[data-checkpoint="{ckpt.pk}"]')
     assert "export running" in row.inner_text()

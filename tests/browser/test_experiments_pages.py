@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from browser_session import login
 
 from tests.webapp.test_experiment_pipeline import BASELINE, _create, _finish_stage
 from webapp.datasets.services import dataset_create
@@ -21,14 +22,6 @@ from webapp.runs.services.experiments import DEFAULT_CONFIG
 from webapp.verifiers.services import verifier_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def _login(page, live_server, username: str) -> None:
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", f"pw-{username}")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
 
 
 @pytest.fixture
@@ -67,7 +60,7 @@ def _shoot(page, user, name: str) -> None:
 def test_create_an_experiment_after_fixing_a_validation_error(page, live_server, project_team, world):
     errors = _csp_watch(page)
     slug = world["slug"]
-    _login(page, live_server, "editor")
+    login(page, live_server, "editor")
     page.goto(f"{live_server.url}/p/{slug}/experiments/")
     assert "No experiments yet" in page.locator(".empty-state").inner_text()
     _shoot(page, project_team["editor"], "exp-empty")
@@ -118,7 +111,7 @@ def test_the_experiment_page_follows_the_pipeline_live(page, live_server, projec
     errors = _csp_watch(page)
     slug = world["slug"]
     exp = _create(world, regression_datasets=["wp-regress"])
-    _login(page, live_server, "owner")
+    login(page, live_server, "owner")
     page.goto(f"{live_server.url}/p/{slug}/experiments/{exp.pk}/")
     assert "waiting" in page.locator('li[data-stage="baseline"] .state').inner_text()
     assert "not started" in page.locator('li[data-stage="grpo"] .state').inner_text()

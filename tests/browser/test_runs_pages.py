@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from browser_session import login
 
 from webapp.runs.models import ModelSpec
 from webapp.runs.selectors import metric_series
@@ -15,14 +16,6 @@ from webapp.runs.services.ingest import EventIngestor
 from webapp.runs.services.run_config import run_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def _login(page, live_server, username: str) -> None:
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", f"pw-{username}")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
 
 
 def _metrics(step: int) -> dict:
@@ -52,7 +45,7 @@ def _figure_points(page, selector: str) -> list:
 def test_reward_chart_draws_the_runs_points_smooths_and_goes_live(page, live_server, project_team):
     project, owner = project_team["project"], project_team["owner"]
     run, ingestor = _running_run(project, owner, name="live run", steps=40, config={"learning_rate": 1e-4})
-    _login(page, live_server, "viewer")
+    login(page, live_server, "viewer")
     page.goto(f"{live_server.url}/p/{project.slug}/runs/{run.pk}/?smoothing=0")
     chart = "[data-chart][data-names='reward']"
     page.wait_for_function(f"() => document.querySelector(\"{chart}\").dataset.points === '40'")
@@ -85,7 +78,7 @@ def test_compare_two_runs_shows_only_differing_config_keys(page, live_server, pr
     project, owner = project_team["project"], project_team["owner"]
     a, _ = _running_run(project, owner, name="lr high", steps=5, config={"learning_rate": 1e-4, "seed": 1})
     b, _ = _running_run(project, owner, name="lr low", steps=5, config={"learning_rate": 5e-5, "seed": 1})
-    _login(page, live_server, "viewer")
+    login(page, live_server, "viewer")
     page.goto(f"{live_server.url}/p/{project.slug}/runs/")
     page.check(f"#compare-{a.pk}")
     page.check(f"#compare-{b.pk}")

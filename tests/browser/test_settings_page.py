@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from browser_session import login
 from django.test import Client
 
 from webapp.projects.models import ApiToken, Membership, Project, UserPreference
@@ -31,14 +32,6 @@ def context(browser):
     context.close()
 
 
-def _login(page, live_server, username: str) -> None:
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", f"pw-{username}")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
-
-
 def _csp_watch(page) -> list[str]:
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
@@ -48,7 +41,7 @@ def _csp_watch(page) -> list[str]:
 def test_create_copy_and_revoke_a_token(context, live_server, project_team):
     page = context.new_page()
     csp_errors = _csp_watch(page)
-    _login(page, live_server, "editor")
+    login(page, live_server, "editor")
     slug = project_team["project"].slug
     page.goto(f"{live_server.url}/p/{slug}/settings/")
     assert "You have no API tokens yet" in page.locator("#tokens").inner_text()
@@ -86,7 +79,7 @@ def test_create_copy_and_revoke_a_token(context, live_server, project_team):
 def test_a_dismissed_confirmation_revokes_nothing(context, live_server, project_team):
     token = api_token_issue(user=project_team["viewer"], name="laptop").token
     page = context.new_page()
-    _login(page, live_server, "viewer")
+    login(page, live_server, "viewer")
     page.goto(f"{live_server.url}/p/{project_team['project'].slug}/settings/")
     page.on("dialog", lambda dialog: dialog.dismiss())
     page.click(f"#token-{token.pk} button:has-text('Revoke')")
@@ -100,7 +93,7 @@ def test_copy_falls_back_to_selecting_the_secret(browser, live_server, project_t
     context.add_init_script("Object.defineProperty(navigator, 'clipboard', { value: undefined });")
     try:
         page = context.new_page()
-        _login(page, live_server, "reviewer")
+        login(page, live_server, "reviewer")
         page.goto(f"{live_server.url}/p/{project_team['project'].slug}/settings/")
         page.fill("#token-name", "notebook")
         page.click("#tokens button:has-text('Create token')")
@@ -117,7 +110,7 @@ def test_copy_falls_back_to_selecting_the_secret(browser, live_server, project_t
 def test_owner_adds_a_member_after_an_error_and_sets_the_price(context, live_server, project_team):
     page = context.new_page()
     csp_errors = _csp_watch(page)
-    _login(page, live_server, "owner")
+    login(page, live_server, "owner")
     slug = project_team["project"].slug
     page.goto(f"{live_server.url}/p/{slug}/settings/")
     page.fill("#add-username", "outsidr")
@@ -163,6 +156,6 @@ def test_owner_adds_a_member_after_an_error_and_sets_the_price(context, live_ser
             page.goto(f"{live_server.url}/p/{slug}/settings/")
             page.screenshot(path=str(Path(shots) / f"settings-{theme}.png"), full_page=True)
         context.clear_cookies()  # signed out
-        _login(page, live_server, "viewer")
+        login(page, live_server, "viewer")
         page.goto(f"{live_server.url}/p/{slug}/settings/")
         page.screenshot(path=str(Path(shots) / "settings-viewer.png"), full_page=True)

@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from browser_session import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def _login(page, live_server, username: str) -> None:
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", f"pw-{username}")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
 
 
 def test_keys_help_overlay_and_navigation(page, live_server, project_team):
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
-    _login(page, live_server, "viewer")
+    login(page, live_server, "viewer")
     slug = project_team["project"].slug
     page.goto(f"{live_server.url}/p/{slug}/")
     page.keyboard.press("?")
@@ -40,7 +33,7 @@ def test_keys_help_overlay_and_navigation(page, live_server, project_team):
 
 
 def test_switcher_and_theme_toggle(page, live_server, project_team):
-    _login(page, live_server, "owner")
+    login(page, live_server, "owner")
     page.select_option("#project-switcher", project_team["project"].slug)
     page.wait_for_url(f"{live_server.url}/p/{project_team['project'].slug}/")
     assert page.get_attribute("html", "data-theme") == "auto"

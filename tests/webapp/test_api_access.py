@@ -9,15 +9,6 @@ from webapp.projects.services import api_token_issue, api_token_revoke, hash_tok
 from webapp.runs.models import Job
 
 
-@pytest.fixture
-def bearer(project_team):
-    def headers(role: str) -> dict:
-        issued = api_token_issue(user=project_team[role], name=f"{role} script")
-        return {"HTTP_AUTHORIZATION": f"Bearer {issued.raw}"}
-
-    return headers
-
-
 def test_token_is_stored_only_as_a_hash(project_team):
     issued = api_token_issue(user=project_team["editor"], name="ci")
     row = ApiToken.objects.get(pk=issued.token.pk)

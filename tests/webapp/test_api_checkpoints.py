@@ -7,21 +7,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tests.webapp.test_experiment_pipeline import BASELINE, _create, _finish_stage, setup  # noqa: F401
-from webapp.projects.services import api_token_issue
 from webapp.runs.checkpoint_selectors import checkpoint_rows, checkpoint_table, kept_steps
 from webapp.runs.models import Checkpoint, Experiment, ExperimentState, MetricPoint, Run
 from webapp.runs.services.promotion import alias_move, checkpoint_gate_status, checkpoint_promote
 
 ROLES = ["viewer", "reviewer", "editor", "owner"]
-
-
-@pytest.fixture
-def bearer(project_team):
-    def headers(role: str) -> dict:
-        issued = api_token_issue(user=project_team[role], name=f"{role} script")
-        return {"HTTP_AUTHORIZATION": f"Bearer {issued.raw}"}
-
-    return headers
 
 
 @pytest.fixture

@@ -17,15 +17,6 @@ from webapp.runs.services import jobs as js
 ROLES = ["viewer", "reviewer", "editor", "owner"]
 
 
-@pytest.fixture
-def bearer(project_team):
-    def headers(role: str) -> dict:
-        issued = api_token_issue(user=project_team[role], name=f"{role} script")
-        return {"HTTP_AUTHORIZATION": f"Bearer {issued.raw}"}
-
-    return headers
-
-
 def _failed_job(project, **fields) -> Job:
     """A job that a worker claimed and failed, through the real services."""
     job = Job.objects.create(project=project, kind="noop", **fields)

@@ -9,23 +9,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from webapp.projects.services import api_token_issue
 from webapp.runs.models import Checkpoint, Job, JobState, MetricPoint, ModelSpec, Run, RunStatus
 
 ROLES = ["viewer", "reviewer", "editor", "owner"]
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-def bearer(project_team):
-    tokens: dict[str, str] = {}
-
-    def headers(who: str) -> dict:
-        if who not in tokens:
-            tokens[who] = api_token_issue(user=project_team[who], name=f"{who} script").raw
-        return {"HTTP_AUTHORIZATION": f"Bearer {tokens[who]}"}
-
-    return headers
 
 
 @pytest.fixture
