@@ -329,3 +329,12 @@ def test_project_added_in_the_admin_needs_an_owner_and_is_audited(root_client, s
     assert Membership.objects.get(project=project).user == world["editor"]
     assert set(AuditEvent.objects.filter(project=project).values_list("action", flat=True)) == {
         "project.create", "membership.set_role"}
+
+
+def test_admin_names_models_in_plain_english(client, django_user_model):
+    """Django's default plural gave "Checkpoint aliass" and "Trajectorys"."""
+    root = django_user_model.objects.create_superuser("root-plural", password="pw-root")
+    client.force_login(root)
+    index = client.get("/admin/").content.decode()
+    assert "Checkpoint aliases" in index and "Trajectories" in index
+    assert "aliass" not in index and "Trajectorys" not in index
