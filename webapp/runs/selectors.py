@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from operator import itemgetter
 
-from django.db.models import F, FloatField, Func, Max, Min, OuterRef, Q, QuerySet, Subquery, Window
-from django.db.models.functions import RowNumber
+from django.db import connection
+from django.db.models import FloatField, Func, Max, Min, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from webapp.api.pagination import Page, keyset_page
@@ -319,23 +319,39 @@ def metric_latest(run: Run) -> list[LatestMetric]:
     return [LatestMetric(p.split, p.name, p.step, p.value) for p in points]
 
 
+_SPARKLINES_SQL = """
+    SELECT r.id, m.step, m.value
+    FROM unnest(%s::bigint[]) AS r(id)
+    CROSS JOIN LATERAL (
+        SELECT step, value FROM runs_metricpoint
+        WHERE run_id = r.id AND name = %s AND split = %s ORDER BY step DESC LIMIT %s
+    ) AS m
+"""
+
+
 def run_sparklines(runs: Iterable[Run], *, split: str = "train", name: str = "reward",
                    points: int = 30) -> dict[int, list[float]]:
-    """The last `points` values of one metric for each run of a table page, oldest first, in one query.
+    """The last `points` values of one metric for each run of a table page, oldest first.
 
-    A window function numbers each run's points from the newest, so a run with 50,000
-    points costs what a run with 30 does (the (run, name, split, step) index serves it).
+    Each run's newest `points` entries are read backwards from the (run, name, split, step)
+    index, so a run with 50,000 points costs what a run with 30 does. PostgreSQL does it in
+    one LATERAL query; elsewhere (the embedded SQLite) one small query per run.
     """
     ids = [run.pk for run in runs]
-    if not ids:
-        return {}
-    newest_first = Window(expression=RowNumber(), partition_by=[F("run_id")], order_by=F("step").desc())
-    rows = (MetricPoint.objects.filter(run_id__in=ids, split=split, name=name)
-            .annotate(rank=newest_first).filter(rank__lte=points).values_list("run_id", "step", "value"))
+    rows: list[tuple[int, int, float]] = []
+    if ids and connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_SPARKLINES_SQL, [ids, name, split, points])
+            rows = cursor.fetchall()
+    else:
+        for run_id in ids:
+            newest = (MetricPoint.objects.filter(run_id=run_id, name=name, split=split).order_by("-step")
+                      .values_list("step", "value")[:points])
+            rows += [(run_id, step, value) for step, value in newest]
     lines: dict[int, list[tuple[int, float]]] = {}
     for run_id, step, value in rows:
         lines.setdefault(run_id, []).append((step, value))
-    return {run_id: [v for _, v in sorted(line)] for run_id, line in lines.items()}
+    return {run_id: [value for _, value in sorted(line)] for run_id, line in lines.items()}
 
 
 def metric_best(run: Run) -> dict[tuple[str, str], float]:
