@@ -99,3 +99,9 @@ def test_clone_fills_the_form_from_a_run(client, form, project_team):
 def test_a_nul_in_an_input_is_refused_beside_it(client, form):
     response = _post(client, form, **{"cfg.checkpoint_metric": "a\x00b"})
     assert response.status_code == 422 and "NUL" in response.content.decode()
+
+
+def test_the_kind_can_be_chosen_by_the_link(client, form):
+    body = client.get(f"{form['url']}?kind=eval").content.decode()
+    assert '<option value="eval" selected>' in body
+    assert '<option value="grpo" selected>' in client.get(f"{form['url']}?kind=nope").content.decode()

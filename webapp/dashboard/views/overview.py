@@ -43,7 +43,7 @@ def start_steps(project: Project) -> list[StartStep]:
         StartStep("Create a verifier and sanity-check it", project.verifiers.exists(),
                   _url("dashboard:verifier_list", slug), "Add a verifier"),
         StartStep("Measure a baseline on held-out tasks", runs.filter(kind=RunKind.EVAL).exists(),
-                  _url("dashboard:run_new", slug), "New evaluation run"),
+                  _url("dashboard:run_new", slug, "?kind=eval"), "New evaluation run"),
         StartStep("SFT if the baseline rarely follows the format", runs.filter(kind=RunKind.SFT).exists(),
                   _url("dashboard:run_new", slug, "?preset=sft_format"), "New SFT run"),
         StartStep("GRPO with verifiable rewards", runs.filter(kind=RunKind.GRPO).exists(),

@@ -85,7 +85,8 @@ def _model_for_preset(project: Project, model: str | None) -> ModelSpec | None:
 
 def _start_values(request: HttpRequest, project: Project) -> tuple[dict, dict, list[str]]:
     """Initial inputs: from ?clone=<run>, ?preset=<name>, or empty (kind grpo)."""
-    top: dict = {"kind": "grpo", "name": ""}
+    kind = request.GET.get("kind", "")
+    top: dict = {"kind": kind if kind in RunKind.values else "grpo", "name": ""}
     notes: list[str] = []
     config: dict = {}
     clone = request.GET.get("clone", "")
