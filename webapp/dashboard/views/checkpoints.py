@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
@@ -39,8 +38,14 @@ from webapp.runs.checkpoint_selectors import (
     checkpoint_detail,
     checkpoint_table,
 )
-from webapp.runs.models import Checkpoint, CheckpointAlias, CheckpointKind, Job, JobState, Run
-from webapp.runs.services.jobs import job_create
+from webapp.runs.models import Checkpoint, CheckpointAlias, Job, JobState, Run
+from webapp.runs.services.exports import (
+    ExportRefused,
+    checkpoint_export_start,
+    folder_problem,
+    latest_exports,
+    local_folder,
+)
 from webapp.runs.services.promotion import (
     AliasConflict,
     GatesNotPassed,
@@ -56,11 +61,9 @@ MOVES_IN_PANEL = 5
 MOVES_PER_PAGE = 50
 # The columns of the table: held-out and validation metrics that say whether a checkpoint is better.
 MAIN_METRICS = (("success_rate", "success"), ("valid_json_rate", "valid JSON"), ("reward_mean", "reward"))
-ACTIVE_JOB_STATES = (JobState.QUEUED, JobState.CLAIMED, JobState.RUNNING)
 ZIP_BLOCK = 1024 * 1024
 
 # Where a checkpoint's folder is, as far as this server can tell.
-PRESENT, GONE, ELSEWHERE = "present", "gone", "elsewhere"
 
 
 # ---------------------------------------------------------------------------------------
@@ -102,7 +105,7 @@ class TableRow:
 
 
 def _table_rows(project: Project, checkpoints: list[CheckpointRow]) -> list[TableRow]:
-    exports = _latest_exports(project, [c.id for c in checkpoints])
+    exports = latest_exports(project, [c.id for c in checkpoints])
     rows = []
     for c in checkpoints:
         rows.append(TableRow(
@@ -114,22 +117,6 @@ def _table_rows(project: Project, checkpoints: list[CheckpointRow]) -> list[Tabl
             export=exports.get(c.id),
         ))
     return rows
-
-
-def _latest_exports(project: Project, checkpoint_ids: list[int]) -> dict[int, dict]:
-    """The newest export job of each checkpoint on the page: one query."""
-    if not checkpoint_ids:
-        return {}
-    jobs = (Job.objects.filter(project=project, kind="export", payload__checkpoint_id__in=checkpoint_ids)
-            .order_by("-id").values("id", "state", "progress", "error", "payload"))
-    latest: dict[int, dict] = {}
-    for job in jobs:
-        latest.setdefault(job["payload"].get("checkpoint_id"), job)
-    for job in latest.values():
-        done = job["state"] == JobState.SUCCEEDED
-        job["active"] = job["state"] in ACTIVE_JOB_STATES
-        job["folder"] = local_folder(str(job["payload"].get("out", "")))[1] if done else None
-    return latest
 
 
 def _run_filter(request: HttpRequest, project: Project) -> tuple[Run | None, str | None]:
@@ -348,28 +335,6 @@ def checkpoint_promote_page(request: HttpRequest, slug: str, checkpoint_id: int)
 # ---------------------------------------------------------------------------------------
 
 
-def local_folder(location: str) -> tuple[Path | None, str]:
-    """(folder, PRESENT) when `location` is an existing folder inside the data directory.
-
-    Symlinks are resolved first, so a link that leads out of the data directory is refused
-    like any other outside path: (None, ELSEWHERE). A folder inside it that no longer exists
-    (training keeps only the top-k checkpoints) is (None, GONE).
-    """
-    text = location.removeprefix("file://")
-    if "://" in text or "\x00" in text or not os.path.isabs(text):
-        return None, ELSEWHERE
-    try:
-        root = Path(settings.DATA_DIR).resolve()
-        folder = Path(text).resolve()
-    except (OSError, RuntimeError):  # a symlink loop
-        return None, ELSEWHERE
-    if folder == root or not folder.is_relative_to(root):
-        return None, ELSEWHERE
-    if not folder.is_dir():
-        return None, GONE
-    return folder, PRESENT
-
-
 class _Chunks:
     """A write-only, unseekable file for ZipFile: what it writes is handed out piece by piece."""
 
@@ -436,16 +401,6 @@ def _unavailable(request: HttpRequest, project: Project, title: str, message: st
     return render(request, "dashboard/checkpoints/unavailable.html", context, status=404)
 
 
-KEEP_TOP_K_HINT = "training keeps only the best checkpoints of a run (keep_top_k) and deletes the others"
-
-
-def _folder_problem(state: str, what: str, location: str, gone_hint: str = KEEP_TOP_K_HINT) -> str:
-    if state == GONE:
-        return f"The folder of {what} is gone ({location}): {gone_hint}."
-    return (f"The folder of {what} is not in this server's data folder ({location}), so it cannot be downloaded "
-            "from here; fetch it from where it is stored.")
-
-
 def _archive_name(checkpoint: Checkpoint, suffix: str = "") -> str:
     return f"{slugify(checkpoint.run.name) or 'run'}-{checkpoint.run_id}-step{checkpoint.step}{suffix}"
 
@@ -457,7 +412,7 @@ def checkpoint_download(request: HttpRequest, slug: str, checkpoint_id: int) -> 
     if folder is None:
         what = f"checkpoint {checkpoint.pk} ({checkpoint.run.name}, step {checkpoint.step})"
         return _unavailable(request, checkpoint.run.project, "Checkpoint not available",
-                            _folder_problem(state, what, checkpoint.storage_uri))
+                            folder_problem(state, what, checkpoint.storage_uri))
     return _zip_response(folder, _archive_name(checkpoint))
 
 
@@ -466,37 +421,19 @@ def checkpoint_download(request: HttpRequest, slug: str, checkpoint_id: int) -> 
 # ---------------------------------------------------------------------------------------
 
 
-def export_folder_for(checkpoint: Checkpoint) -> Path:
-    """Where the merged model of a checkpoint goes: inside its run's folder."""
-    return Path(settings.CRUCIBLE_RUNS_DIR) / checkpoint.run.folder_name / "exports" / f"step_{checkpoint.step}"
-
-
 @login_required
 @require_POST
 def checkpoint_export(request: HttpRequest, slug: str, checkpoint_id: int) -> HttpResponse:
     checkpoint = _checkpoint_for(request, slug, checkpoint_id, Role.EDITOR)
-    back = reverse("dashboard:checkpoint_list", args=[slug])
-    what = f"checkpoint {checkpoint.pk} ({checkpoint.run.name}, step {checkpoint.step})"
-    if checkpoint.kind != CheckpointKind.ADAPTER:
-        messages.error(request, f"{what.capitalize()} holds full weights already: download it as it is.")
-        return redirect(back)
-    folder, state = local_folder(checkpoint.storage_uri)
-    if folder is None:
-        messages.error(request, f"Nothing was exported. {_folder_problem(state, what, checkpoint.storage_uri)}")
-        return redirect(back)
-    previous = _latest_exports(checkpoint.run.project, [checkpoint.pk]).get(checkpoint.pk)
-    if previous and previous["active"]:
-        messages.error(request, f"The export of {what} is already under way (job {previous['id']}).")
-        return redirect(back)
-    if previous and previous["folder"] == PRESENT:
-        messages.error(request, f"{what.capitalize()} is exported already: download the merged model.")
-        return redirect(back)
-    out = export_folder_for(checkpoint)
-    job = job_create(project=checkpoint.run.project, kind="export",
-                     payload={"checkpoint_id": checkpoint.pk, "run_id": checkpoint.run_id, "source": str(folder),
-                              "out": str(out)})
-    messages.success(request, f"Export of {what} queued as job {job.pk}; the merged model will be in {out}.")
-    return redirect(back)
+    try:
+        job = checkpoint_export_start(checkpoint=checkpoint)
+    except ExportRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Export of checkpoint {checkpoint.pk} ({checkpoint.run.name}, step "
+                                  f"{checkpoint.step}) queued as job {job.pk}; the merged model will be in "
+                                  f"{job.payload['out']}.")
+    return redirect(reverse("dashboard:checkpoint_list", args=[slug]))
 
 
 @login_required
@@ -513,5 +450,5 @@ def checkpoint_export_download(request: HttpRequest, slug: str, checkpoint_id: i
     folder, state = local_folder(location)
     if folder is None:
         return _unavailable(request, project, "Merged model not available",
-                            _folder_problem(state, what, location, "it was deleted; export the checkpoint again"))
+                            folder_problem(state, what, location, "it was deleted; export the checkpoint again"))
     return _zip_response(folder, _archive_name(checkpoint, "-merged"))
