@@ -48,27 +48,24 @@ def _job_for_editor(request: HttpRequest, slug: str, job_id: int) -> Job:
     return get_object_or_404_for_user(Job.objects.all(), request.user, Role.EDITOR, pk=job_id, project__slug=slug)
 
 
-@login_required
-@require_POST
-def job_cancel(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
+def _job_action(request: HttpRequest, slug: str, job_id: int, action, done: str) -> HttpResponse:
+    """Cancel or retry one job as an editor; the service's refusal becomes the flash message."""
     job = _job_for_editor(request, slug, job_id)
     try:
-        job_request_cancel(job=job)
-        messages.success(request, f"Cancellation of job {job.pk} requested.")
+        action(job=job)
+        messages.success(request, done.format(job=job))
     except ValueError as exc:
         messages.error(request, str(exc))
     return redirect("dashboard:job_list", slug=slug)
+
+
+@login_required
+@require_POST
+def job_cancel(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
+    return _job_action(request, slug, job_id, job_request_cancel, "Cancellation of job {job.pk} requested.")
 
 
 @login_required
 @require_POST
 def job_retry_view(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
-    job = _job_for_editor(request, slug, job_id)
-    try:
-        job_retry(job=job)
-        messages.success(request, f"Job {job.pk} queued again.")
-    except ValueError as exc:
-        messages.error(request, str(exc))
-    return redirect("dashboard:job_list", slug=slug)
-
-
+    return _job_action(request, slug, job_id, job_retry, "Job {job.pk} queued again.")
