@@ -61,10 +61,13 @@ class Trajectory(models.Model):
             models.UniqueConstraint(fields=["project", "task_key"], condition=models.Q(source="production"),
                                     name="uniq_production_trajectory"),
         ]
+        # The lists read newest first (ORDER BY id DESC) under a filter: each index ends in id so
+        # the filtered keyset page is an index range scan, not a sort of every matching row.
         indexes = [
-            models.Index(fields=["run", "step"]),
-            models.Index(fields=["run", "failure_bucket"]),
+            models.Index(fields=["run", "step", "id"], name="traj_run_step_id"),
+            models.Index(fields=["run", "failure_bucket", "id"], name="traj_run_bucket_id"),
             models.Index(fields=["run", "reward"]),
+            models.Index(fields=["project", "id"], name="traj_project_id"),
             models.Index(fields=["project", "source", "-created_at"]),
         ]
 
@@ -137,6 +140,7 @@ class RescoreResult(models.Model):
     failure_bucket = models.CharField(max_length=32, blank=True)
     components = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
+    info = models.JSONField(default=dict, blank=True, help_text="The verifier's trace (parse, state diff).")
     disagrees = models.BooleanField(default=False, help_text="Pass/fail or reward differs from the stored verdict.")
 
     class Meta:
@@ -149,10 +153,68 @@ class Verdict(models.TextChoices):
     DISAGREE = "disagree", "Disagree with the verifier"
 
 
+class QueueKind(models.TextChoices):
+    VERDICT = "verdict", "Verdicts (agree or disagree with the verifier)"
+    PAIR = "pair", "Preference pairs (which of two samples is better)"
+
+
+class QueueOrder(models.TextChoices):
+    FAILURES_FIRST = "failures_first", "Failures first"
+    NEWEST = "newest", "Newest first"
+    RANDOM = "random", "Random sample"
+
+
+class ReviewQueue(models.Model):
+    """A saved trajectory filter whose matches (taken once, at creation) are labelled one by one."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="review_queues")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=QueueKind.choices, default=QueueKind.VERDICT)
+    filter = models.JSONField(default=dict, blank=True, help_text="The trajectory list's query (run, bucket, ...).")
+    order = models.CharField(max_length=16, choices=QueueOrder.choices, default=QueueOrder.FAILURES_FIRST)
+    size = models.PositiveIntegerField(default=0, help_text="How many items the filter gave at creation.")
+    reviews_per_item = models.PositiveSmallIntegerField(
+        default=1, help_text="2 or more gives agreement between reviewers (Cohen's kappa).")
+    lock_minutes = models.PositiveSmallIntegerField(default=10, help_text="How long an item stays with its reviewer.")
+    assignees = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="assigned_queues")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    archived = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QueueItem(models.Model):
+    """One item of a queue: a trajectory (or, in pair mode, two samples of one task) and its lock."""
+
+    queue = models.ForeignKey(ReviewQueue, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveIntegerField()
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="+")
+    other = models.ForeignKey(Trajectory, null=True, blank=True, on_delete=models.CASCADE, related_name="+",
+                              help_text="Pair mode: the sample compared with `trajectory`.")
+    reviews_done = models.PositiveSmallIntegerField(default=0)
+    locked_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="+")
+    locked_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["queue", "position"]
+        constraints = [models.UniqueConstraint(fields=["queue", "position"], name="uniq_queue_position")]
+        indexes = [models.Index(fields=["queue", "reviews_done", "position"], name="queue_open_items")]
+
+
 class Review(models.Model):
     trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="reviews")
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="reviews")
-    verdict = models.CharField(max_length=16, choices=Verdict.choices)
+    item = models.ForeignKey(QueueItem, null=True, blank=True, on_delete=models.SET_NULL, related_name="reviews",
+                             help_text="The queue item it labelled, if it came from a queue.")
+    verdict = models.CharField(max_length=16, choices=Verdict.choices, blank=True,
+                               help_text="Blank for a preference label.")
     failure_bucket = models.CharField(max_length=32, blank=True, choices=BUCKET_CHOICES)
     note = models.TextField(blank=True)
     corrected_output = models.TextField(blank=True, help_text="What the model should have answered.")
@@ -165,4 +227,12 @@ class Review(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        constraints = [models.UniqueConstraint(fields=["trajectory", "reviewer"], name="uniq_review_per_reviewer")]
+        # One verdict per reviewer and trajectory; one preference per reviewer and ordered pair
+        # (the service removes the reverse pair before storing, so a pair has one answer).
+        constraints = [
+            models.UniqueConstraint(fields=["trajectory", "reviewer"], condition=models.Q(preferred_over__isnull=True),
+                                    name="uniq_review_per_reviewer"),
+            models.UniqueConstraint(fields=["trajectory", "preferred_over", "reviewer"],
+                                    condition=models.Q(preferred_over__isnull=False), name="uniq_preference_per_reviewer"),
+        ]
+        indexes = [models.Index(fields=["reviewer", "-created_at"], name="review_reviewer_recent")]

@@ -1,0 +1,234 @@
+"""Reads of trajectories shared by the pages and the API: the filter, the keyset list, one trajectory.
+
+Every filter of the trajectory list lives in the query string (`?run=4&bucket=wrong_tool&step=10`),
+so a link reproduces the view, a review queue saves the same query as its filter, and the API
+takes the same parameters. `TrajectoryFilter.from_query` is the one parser; a bad value is a
+`FilterError` naming the parameter and what to send instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from webapp.api.pagination import Page, keyset_page
+from webapp.projects.models import Project
+from webapp.trajectories.models import FAILURE_BUCKETS, RescoreResult, Review, Trajectory
+
+TRAJECTORY_ORDERING = ["-id"]
+SPLITS = ("train", "validation", "held_out", "production")
+SOURCES = ("run", "production")
+VERDICTS = ("agree", "disagree")
+MAX_TEXT = 200
+INT_LIMIT = 2**31 - 1
+
+
+class FilterError(ValueError):
+    """A filter value that cannot be used; `errors` maps each parameter to what is wrong with it."""
+
+    def __init__(self, errors: dict[str, str]):
+        self.errors = errors
+        super().__init__("; ".join(f"{name}: {message}" for name, message in errors.items()))
+
+
+def _yes_no(value: str, name: str, errors: dict[str, str]) -> bool | None:
+    lowered = value.strip().lower()
+    if lowered in ("", "any"):
+        return None
+    if lowered in ("yes", "true", "1"):
+        return True
+    if lowered in ("no", "false", "0"):
+        return False
+    errors[name] = f"{value[:40]!r} is not yes or no"
+    return None
+
+
+def _integer(value: str, name: str, errors: dict[str, str]) -> int | None:
+    if value.strip() == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        errors[name] = f"{value[:40]!r} is not a whole number"
+        return None
+    if not 0 <= number <= INT_LIMIT:
+        errors[name] = f"must be between 0 and {INT_LIMIT}"
+        return None
+    return number
+
+
+def _number(value: str, name: str, errors: dict[str, str]) -> float | None:
+    if value.strip() == "":
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        errors[name] = f"{value[:40]!r} is not a number"
+        return None
+    if number != number or abs(number) == float("inf"):
+        errors[name] = "must be a finite number"
+        return None
+    return number
+
+
+def _choice(value: str, name: str, allowed: tuple[str, ...] | list[str], errors: dict[str, str]) -> str:
+    if value and value not in allowed:
+        errors[name] = f"{value[:40]!r} is not one of {', '.join(allowed)}"
+        return ""
+    return value
+
+
+def _text(value: str, name: str, errors: dict[str, str]) -> str:
+    if "\x00" in value:
+        errors[name] = "contains a NUL character; remove it"
+        return ""
+    if len(value) > MAX_TEXT:
+        errors[name] = f"is longer than {MAX_TEXT} characters"
+        return ""
+    return value.strip()
+
+
+@dataclass(frozen=True)
+class TrajectoryFilter:
+    """What the trajectory list shows; every field is a query parameter of the same name."""
+
+    run: int | None = None
+    checkpoint: int | None = None
+    step: int | None = None
+    step_min: int | None = None
+    step_max: int | None = None
+    split: str = ""
+    source: str = ""
+    reward_min: float | None = None
+    reward_max: float | None = None
+    passed: bool | None = None
+    bucket: str = ""
+    flag: str = ""
+    category: str = ""
+    reviewed: bool | None = None
+    verdict: str = ""
+    review_bucket: str = ""
+    disagree: bool | None = None
+    rescore: int | None = None
+    group: str = ""
+    task: str = ""
+    text: str = ""
+
+    @classmethod
+    def from_query(cls, query: Any) -> TrajectoryFilter:
+        """Parse a QueryDict or a plain dict; raises FilterError with one message per bad parameter."""
+        get = (lambda name: str(query.get(name) or "")) if hasattr(query, "get") else (lambda name: "")
+        errors: dict[str, str] = {}
+        values = {
+            "run": _integer(get("run"), "run", errors),
+            "checkpoint": _integer(get("checkpoint"), "checkpoint", errors),
+            "step": _integer(get("step"), "step", errors),
+            "step_min": _integer(get("step_min"), "step_min", errors),
+            "step_max": _integer(get("step_max"), "step_max", errors),
+            "split": _choice(get("split"), "split", SPLITS, errors),
+            "source": _choice(get("source"), "source", SOURCES, errors),
+            "reward_min": _number(get("reward_min"), "reward_min", errors),
+            "reward_max": _number(get("reward_max"), "reward_max", errors),
+            "passed": _yes_no(get("passed"), "passed", errors),
+            "bucket": _choice(get("bucket"), "bucket", [*FAILURE_BUCKETS, "none"], errors),
+            "flag": _text(get("flag"), "flag", errors)[:64],
+            "category": _text(get("category"), "category", errors),
+            "reviewed": _yes_no(get("reviewed"), "reviewed", errors),
+            "verdict": _choice(get("verdict"), "verdict", VERDICTS, errors),
+            "review_bucket": _choice(get("review_bucket"), "review_bucket", FAILURE_BUCKETS, errors),
+            "disagree": _yes_no(get("disagree"), "disagree", errors),
+            "rescore": _integer(get("rescore"), "rescore", errors),
+            "group": _text(get("group"), "group", errors)[:64],
+            "task": _text(get("task"), "task", errors),
+            "text": _text(get("text"), "text", errors),
+        }
+        if values["step_min"] is not None and values["step_max"] is not None and values["step_min"] > values["step_max"]:
+            errors["step_max"] = "must not be below step_min"
+        if errors:
+            raise FilterError(errors)
+        return cls(**values)
+
+    def as_query(self) -> dict[str, str]:
+        """The non-empty fields as query parameters (the inverse of from_query)."""
+        query: dict[str, str] = {}
+        for name, value in asdict(self).items():
+            if value is None or value == "":
+                continue
+            query[name] = ("yes" if value else "no") if isinstance(value, bool) else str(value)
+        return query
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.as_query()
+
+
+FILTER_FIELDS = tuple(f.name for f in fields(TrajectoryFilter))
+
+
+def filtered_trajectories(project: Project, flt: TrajectoryFilter) -> QuerySet[Trajectory]:
+    """The project's trajectories that match `flt` (unordered; callers choose the order)."""
+    rows = Trajectory.objects.filter(project=project)
+    exact = {"run_id": flt.run, "checkpoint_id": flt.checkpoint, "step": flt.step, "split": flt.split or None,
+             "source": flt.source or None, "passed": flt.passed, "group_id": flt.group or None,
+             "task_key": flt.task or None}
+    rows = rows.filter(**{name: value for name, value in exact.items() if value is not None})
+    if flt.step_min is not None:
+        rows = rows.filter(step__gte=flt.step_min)
+    if flt.step_max is not None:
+        rows = rows.filter(step__lte=flt.step_max)
+    if flt.reward_min is not None:
+        rows = rows.filter(reward__gte=flt.reward_min)
+    if flt.reward_max is not None:
+        rows = rows.filter(reward__lte=flt.reward_max)
+    if flt.bucket:
+        rows = rows.filter(failure_bucket="" if flt.bucket == "none" else flt.bucket)
+    if flt.flag:
+        rows = rows.filter(flags__contains=[flt.flag])
+    if flt.category:
+        rows = rows.filter(Q(task__category=flt.category) | Q(task__isnull=True, task_snapshot__category=flt.category))
+    if flt.text:
+        rows = rows.filter(task_key__icontains=flt.text)
+    rows = _review_filters(rows, flt)
+    if flt.disagree is not None or flt.rescore is not None:
+        results = RescoreResult.objects.filter(trajectory=OuterRef("pk"))
+        if flt.rescore is not None:
+            results = results.filter(rescore_id=flt.rescore)
+        if flt.disagree is not None:
+            results = results.filter(disagrees=True)
+        rows = rows.filter(Exists(results)) if flt.disagree in (True, None) else rows.exclude(Exists(results))
+    return rows
+
+
+def _review_filters(rows: QuerySet[Trajectory], flt: TrajectoryFilter) -> QuerySet[Trajectory]:
+    if flt.reviewed is not None:
+        reviewed = Exists(Review.objects.filter(trajectory=OuterRef("pk")))
+        rows = rows.filter(reviewed) if flt.reviewed else rows.exclude(reviewed)
+    if flt.verdict:
+        rows = rows.filter(Exists(Review.objects.filter(trajectory=OuterRef("pk"), verdict=flt.verdict)))
+    if flt.review_bucket:
+        rows = rows.filter(Exists(Review.objects.filter(trajectory=OuterRef("pk"), failure_bucket=flt.review_bucket)))
+    return rows
+
+
+LIST_COLUMNS = ("id", "project_id", "run_id", "checkpoint_id", "task_key", "step", "split", "sample_index",
+                "group_id", "reward", "passed", "failure_bucket", "flags", "tokens_in", "tokens_out", "latency_ms",
+                "source", "created_at", "advantage")
+
+
+def trajectory_page(project: Project, flt: TrajectoryFilter, *, after: str | None = None, limit: int = 50) -> Page:
+    """One keyset page, newest first; turns are not loaded (the inspector reads them)."""
+    rows = filtered_trajectories(project, flt).only(*LIST_COLUMNS).select_related("run").only(
+        *LIST_COLUMNS, "run__name", "run__kind")
+    return keyset_page(rows, ordering=TRAJECTORY_ORDERING, after=after, limit=limit)
+
+
+def review_states(trajectory_ids: list[int]) -> dict[int, dict[str, int]]:
+    """Per trajectory: how many reviews agree and disagree (for the list's review column)."""
+    states: dict[int, dict[str, int]] = {}
+    for trajectory_id, verdict in Review.objects.filter(trajectory_id__in=trajectory_ids).values_list(
+            "trajectory_id", "verdict"):
+        entry = states.setdefault(trajectory_id, {"agree": 0, "disagree": 0, "pair": 0})
+        entry[verdict or "pair"] += 1
+    return states
