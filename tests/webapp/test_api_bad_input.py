@@ -64,7 +64,8 @@ CASES = [
     ("POST", "/api/projects/{slug}/trajectories", _traj(id="a" + NUL), "id"),
     ("POST", "/api/projects/{slug}/trajectories",
      {"trajectories": [{"id": "a", "turns": [{"role": "assistant", "content": SURROGATE}]}]}, "turns"),
-    ("GET", "/api/projects/{slug}/trajectories?offset=" + str(10**20), None, "offset"),
+    ("GET", "/api/projects/{slug}/trajectories?limit=" + str(10**20), None, "limit"),
+    ("GET", "/api/projects/{slug}/trajectories?step=" + str(10**12), None, "step"),
     ("GET", "/api/projects/{slug}/trajectories?run_id=" + str(10**20), None, "run_id"),
     ("GET", "/api/projects/{slug}/trajectories?bucket=%00", None, "bucket"),
     ("GET", "/api/projects/{slug}/jobs?state=%00", None, "state"),
@@ -164,5 +165,5 @@ def test_schema_errors_come_back_by_field(client, world):
     assert set(errors) == {"trajectories.0.tokens_in", "trajectories.0.tokens_out"}
     assert "greater than or equal to 0" in errors["trajectories.0.tokens_in"]
     assert "trajectories.0.tokens_in: " in response.json()["detail"]
-    query = _send(client, world["token"], "GET", f"/api/projects/{world['slug']}/trajectories?offset=-1")
-    assert list(query.json()["errors"]) == ["offset"]
+    query = _send(client, world["token"], "GET", f"/api/projects/{world['slug']}/trajectories?limit=-1")
+    assert list(query.json()["errors"]) == ["limit"]

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from ninja import Router
+from dataclasses import asdict
+from datetime import datetime
+from typing import Annotated, Any
+
+from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
-from webapp.api.bounds import Offset, RowId, Text
+from webapp.api.bounds import RowId, Text
+from webapp.api.pagination import MAX_PAGE, CursorError
+from webapp.api.runs import FieldErrorsOut
 from webapp.api.schemas import (
     EvalsIn,
     EvalsOut,
@@ -14,22 +20,109 @@ from webapp.api.schemas import (
     ProductionBatchOut,
     RescoreIn,
     RescoreOut,
-    TrajectoryOut,
 )
 from webapp.datasets.models import TaskDataset
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
 from webapp.projects.models import Role
 from webapp.runs.models import Run
 from webapp.trajectories.models import Trajectory
+from webapp.trajectories.selectors import (
+    FilterError,
+    TrajectoryFilter,
+    rescore_results_of,
+    same_task_elsewhere,
+    trajectory_group,
+    trajectory_page,
+)
 from webapp.trajectories.services.evals import tasks_from_trajectories
 from webapp.trajectories.services.production import (
     ProductionLogError,
     production_trajectories_log,
 )
-from webapp.trajectories.services.rescore import rescore_start
+from webapp.trajectories.services.rescore import rescore_start, trajectory_reverify
+from webapp.trajectories.services.verification import env_task_of
+from webapp.trajectories.timeline import turn_timeline
+from webapp.trajectories.trace import verifier_trace
 from webapp.verifiers.models import Verifier
 
 router = Router(tags=["trajectories"])
+
+
+class TrajectoryRowOut(Schema):
+    id: int
+    run_id: int | None
+    checkpoint_id: int | None
+    task_key: str
+    source: str
+    split: str
+    step: int
+    sample_index: int
+    group_id: str
+    reward: float | None
+    advantage: float | None
+    passed: bool
+    failure_bucket: str
+    flags: list
+    tokens_in: int
+    tokens_out: int
+    latency_ms: float | None
+    created_at: datetime
+
+
+class TrajectoryPageOut(Schema):
+    items: list[TrajectoryRowOut]
+    next: str | None = Field(description="Pass as `after` for the next page; null on the last page.")
+
+
+class TrajectoryListOut(Schema):
+    items: list[TrajectoryRowOut]
+
+
+class VerifierRefOut(Schema):
+    id: int
+    name: str
+    version: int
+
+
+class TrajectoryDetailOut(TrajectoryRowOut):
+    components: dict
+    turns: list
+    tool_calls: list
+    task_snapshot: dict | None
+    category: str
+    verifier: VerifierRefOut | None
+    timeline: list[dict] = Field(description="Turns in order; assistant calls with each argument checked against "
+                                             "the tool's schema (ok, extra, mistyped; missing listed), tool outputs "
+                                             "paired with their call.")
+    trace: dict = Field(description="The verifier's trace: parse format and errors, expected against actual calls, "
+                                    "workplace end-state diff rows.")
+    rescores: list[dict]
+
+
+class TrajectoryGroupOut(Schema):
+    group_id: str
+    run_id: int | None
+    step: int
+    task_key: str
+    mean: float | None
+    std: float | None = Field(description="Population std of the rewards (GRPO's normaliser).")
+    no_gradient: bool = Field(description="Every sample has the same reward: the group gives no gradient.")
+    samples: list[TrajectoryRowOut]
+
+
+class RescoreResultOut(Schema):
+    id: int
+    rescore_id: int
+    trajectory_id: int
+    verifier: VerifierRefOut
+    reward: float | None
+    passed: bool
+    failure_bucket: str
+    components: dict
+    error: str
+    disagrees: bool = Field(description="Pass/fail or reward differs from the stored verdict (which is kept).")
+    info: dict
+    created_at: datetime
 
 
 def _verifier(project, name: str) -> Verifier:
@@ -55,21 +148,138 @@ def log_production(request, slug: str, body: ProductionBatchIn):
     return Status(201 if result.created else 200, out)
 
 
-@router.get("/projects/{slug}/trajectories", response=list[TrajectoryOut])
-def list_trajectories(request, slug: str, source: Text(16) | None = None, run_id: RowId | None = None,
-                      bucket: Text(32) | None = None, passed: bool | None = None, limit: int = 100,
-                      offset: Offset = 0):
+class TrajectoryQuery(Schema):
+    """The trajectory list's filters: the same query parameters as the page's URL."""
+
+    run: Text(20) | None = Field(None, description="A run id.")
+    run_id: Text(20) | None = Field(None, description="Same as `run` (kept for older clients).")
+    checkpoint: Text(20) | None = Field(None, description="A checkpoint id.")
+    step: Text(20) | None = Field(None, description="One step.")
+    step_min: Text(20) | None = Field(None, description="Steps from (inclusive).")
+    step_max: Text(20) | None = Field(None, description="Steps to (inclusive).")
+    split: Text(32) | None = Field(None, description="train, validation, held_out or production.")
+    source: Text(16) | None = Field(None, description="run or production.")
+    reward_min: Text(40) | None = Field(None, description="Reward at least.")
+    reward_max: Text(40) | None = Field(None, description="Reward at most.")
+    passed: Text(8) | None = Field(None, description="yes or no.")
+    bucket: Text(32) | None = Field(None, description="A failure bucket, or `none` for passed trajectories.")
+    flag: Text(64) | None = Field(None, description="A flag the trajectory carries (e.g. truncated).")
+    category: Text(200) | None = Field(None, description="The task's category.")
+    reviewed: Text(8) | None = Field(None, description="yes or no: has at least one review.")
+    verdict: Text(16) | None = Field(None, description="A reviewer's verdict: agree or disagree.")
+    review_bucket: Text(32) | None = Field(None, description="A bucket a reviewer chose.")
+    disagree: Text(8) | None = Field(None, description="yes: a re-score disagrees with the stored verdict.")
+    rescore: Text(20) | None = Field(None, description="Only trajectories of this re-score.")
+    group: Text(64) | None = Field(None, description="A GRPO group id.")
+    task: Text(200) | None = Field(None, description="Exactly this task key.")
+    text: Text(200) | None = Field(None, description="Task key contains.")
+    after: Text(2000) | None = Field(None, description="The `next` cursor of the previous page.")
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 100
+
+
+def _field_errors(errors: dict[str, str], status: int = 422) -> Status:
+    detail = "; ".join(f"{name}: {message}" for name, message in errors.items())
+    return Status(status, FieldErrorsOut(detail=detail, errors=errors))
+
+
+def _trajectory_filter(query: TrajectoryQuery) -> TrajectoryFilter:
+    values = query.dict(exclude={"after", "limit", "run_id"}, exclude_none=True)
+    if query.run_id and not query.run:
+        values["run"] = query.run_id
+    return TrajectoryFilter.from_query(values)
+
+
+@router.get("/projects/{slug}/trajectories",
+            response={200: TrajectoryPageOut, 400: FieldErrorsOut, 422: FieldErrorsOut})
+def list_trajectories(request, slug: str, query: Query[TrajectoryQuery]):
+    """The project's trajectories, newest first, filtered like the trajectory page; keyset pages (`after`)."""
     project = get_project_or_404(request.user, slug)
-    rows = Trajectory.objects.filter(project=project).order_by("-id")
-    if source:
-        rows = rows.filter(source=source)
-    if run_id is not None:
-        rows = rows.filter(run_id=run_id)
-    if bucket:
-        rows = rows.filter(failure_bucket=bucket)
-    if passed is not None:
-        rows = rows.filter(passed=passed)
-    return list(rows[max(0, offset): max(0, offset) + max(1, min(limit, 1000))])
+    try:
+        flt = _trajectory_filter(query)
+    except FilterError as exc:
+        return _field_errors(exc.errors)
+    try:
+        page = trajectory_page(project, flt, after=query.after, limit=query.limit)
+    except CursorError as exc:
+        return _field_errors({"after": str(exc)}, 400)
+    return {"items": page.items, "next": page.next_cursor}
+
+
+def _trajectory_for(request, trajectory_id: int, minimum: str = Role.VIEWER) -> Trajectory:
+    return get_object_or_404_for_user(
+        Trajectory.objects.select_related("run", "checkpoint", "task", "verifier_version__verifier"),
+        request.user, minimum, pk=trajectory_id)
+
+
+@router.get("/trajectories/{trajectory_id}", response=TrajectoryDetailOut)
+def get_trajectory(request, trajectory_id: RowId):
+    """One trajectory with its turns (each call checked against its tool's schema, outputs paired),
+    the verifier's trace (expected against actual calls, parse errors, end-state diff) and its re-verifications."""
+    trajectory = _trajectory_for(request, trajectory_id)
+    task = env_task_of(trajectory)
+    version = trajectory.verifier_version
+    return {
+        **_row(trajectory), "components": trajectory.components, "turns": trajectory.turns, "tool_calls": trajectory.tool_calls,
+        "task_snapshot": trajectory.task_snapshot, "category": task.category if task else "",
+        "verifier": {"id": version.pk, "name": version.verifier.name, "version": version.version} if version else None,
+        "timeline": [asdict(turn) for turn in turn_timeline(trajectory.turns, task.tools if task else None)],
+        "trace": _trace_out(verifier_trace(trajectory)),
+        "rescores": [_rescore_result_out(r) for r in rescore_results_of(trajectory)],
+    }
+
+
+@router.get("/trajectories/{trajectory_id}/group", response=TrajectoryGroupOut)
+def get_trajectory_group(request, trajectory_id: RowId):
+    """The GRPO group of a trajectory: every sample of its prompt at its step, mean and std of the rewards,
+    and whether the group gives no gradient (all rewards equal)."""
+    trajectory = _trajectory_for(request, trajectory_id)
+    group = trajectory_group(trajectory)
+    return {"group_id": trajectory.group_id, "run_id": trajectory.run_id, "step": trajectory.step,
+            "task_key": trajectory.task_key, "mean": group.mean, "std": group.std, "no_gradient": group.no_gradient,
+            "samples": group.samples}
+
+
+@router.get("/trajectories/{trajectory_id}/same-task", response=TrajectoryListOut)
+def get_same_task(request, trajectory_id: RowId):
+    """The same task's trajectories in other runs, checkpoints and steps (newest 20)."""
+    return {"items": same_task_elsewhere(_trajectory_for(request, trajectory_id))}
+
+
+@router.post("/trajectories/{trajectory_id}/reverify", response={201: RescoreResultOut})
+def reverify_trajectory(request, trajectory_id: RowId, body: RescoreIn):
+    """Verify one trajectory again with a verifier (its latest version, or `version`) now; the stored verdict
+    is kept and the new one is returned (and listed with the trajectory)."""
+    trajectory = _trajectory_for(request, trajectory_id, Role.REVIEWER)
+    verifier = _verifier(trajectory.project, body.verifier)
+    version = verifier.versions.filter(version=body.version).first() if body.version else verifier.latest_version
+    if version is None:
+        raise HttpError(400, f"Verifier {verifier.name!r} has no version {body.version}.")
+    result = trajectory_reverify(trajectory=trajectory, verifier_version=version, actor=request.user)
+    result.rescore.verifier_version = version
+    return Status(201, _rescore_result_out(result))
+
+
+def _row(t: Trajectory) -> dict[str, Any]:
+    return {name: getattr(t, name) for name in TrajectoryRowOut.model_fields}
+
+
+def _trace_out(trace) -> dict[str, Any]:
+    return {
+        "source": trace.source, "explanation": trace.explanation, "parse_format": trace.parse_format,
+        "parse_errors": trace.parse_errors, "error": trace.error, "state_diff": trace.state_diff,
+        "reward_parts": trace.reward_parts, "weights": trace.weights,
+        "calls": [{"expected": p.expected, "actual": p.actual, "matches": p.matches,
+                   "argument_diffs": p.argument_diffs} for p in trace.calls],
+    }
+
+
+def _rescore_result_out(result) -> dict[str, Any]:
+    version = result.rescore.verifier_version
+    return {"id": result.pk, "rescore_id": result.rescore_id, "trajectory_id": result.trajectory_id,
+            "verifier": {"id": version.pk, "name": version.verifier.name, "version": version.version},
+            "reward": result.reward, "passed": result.passed, "failure_bucket": result.failure_bucket,
+            "components": result.components, "error": result.error, "disagrees": result.disagrees,
+            "info": result.info, "created_at": result.rescore.created_at}
 
 
 @router.post("/runs/{run_id}/rescore", response={201: RescoreOut})

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.dashboard.views import checkpoints, experiments, home, jobs, overview, run_new, runs
+from webapp.dashboard.views import checkpoints, experiments, home, jobs, overview, run_new, runs, trajectories
 from webapp.dashboard.views import settings as project_settings
 
 app_name = "dashboard"
@@ -35,6 +35,16 @@ urlpatterns = [
     path("p/<slug:slug>/experiments/<int:experiment_id>/", experiments.experiment_detail_page,
          name="experiment_detail"),
     path("p/<slug:slug>/experiments/<int:experiment_id>/live/", experiments.experiment_live, name="experiment_live"),
+    path("p/<slug:slug>/trajectories/", trajectories.trajectory_list_page, name="trajectory_list"),
+    path("p/<slug:slug>/trajectories/diff/", trajectories.trajectory_diff_page, name="trajectory_diff"),
+    path("p/<slug:slug>/trajectories/to-dataset/", trajectories.trajectory_to_dataset_view,
+         name="trajectory_to_dataset"),
+    path("p/<slug:slug>/trajectories/<int:trajectory_id>/", trajectories.trajectory_detail_page,
+         name="trajectory_detail"),
+    path("p/<slug:slug>/trajectories/<int:trajectory_id>/group/", trajectories.trajectory_group_page,
+         name="trajectory_group"),
+    path("p/<slug:slug>/trajectories/<int:trajectory_id>/reverify/", trajectories.trajectory_reverify_view,
+         name="trajectory_reverify"),
     path("p/<slug:slug>/jobs/", jobs.job_list_page, name="job_list"),
     path("p/<slug:slug>/jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job_cancel"),
     path("p/<slug:slug>/jobs/<int:job_id>/retry/", jobs.job_retry_view, name="job_retry"),

@@ -68,6 +68,7 @@ class Trajectory(models.Model):
             models.Index(fields=["run", "failure_bucket", "id"], name="traj_run_bucket_id"),
             models.Index(fields=["run", "reward"]),
             models.Index(fields=["project", "id"], name="traj_project_id"),
+            models.Index(fields=["project", "task_key", "id"], name="traj_project_task_id"),
             models.Index(fields=["project", "source", "-created_at"]),
         ]
 

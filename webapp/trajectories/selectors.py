@@ -232,3 +232,67 @@ def review_states(trajectory_ids: list[int]) -> dict[int, dict[str, int]]:
         entry = states.setdefault(trajectory_id, {"agree": 0, "disagree": 0, "pair": 0})
         entry[verdict or "pair"] += 1
     return states
+
+
+# --------------------------------------------------------------------------- one trajectory
+
+
+def trajectory_for_inspector(project: Project, trajectory_id: int) -> Trajectory | None:
+    return (Trajectory.objects.filter(project=project, pk=trajectory_id)
+            .select_related("run", "checkpoint", "task__dataset", "verifier_version__verifier").first())
+
+
+def trajectory_neighbours(project: Project, flt: TrajectoryFilter, trajectory_id: int) -> tuple[int | None, int | None]:
+    """The previous and next trajectory of the list under the same filter (newest first)."""
+    rows = filtered_trajectories(project, flt)
+    previous = rows.filter(id__gt=trajectory_id).order_by("id").values_list("id", flat=True).first()
+    following = rows.filter(id__lt=trajectory_id).order_by("-id").values_list("id", flat=True).first()
+    return previous, following
+
+
+@dataclass
+class GroupStats:
+    samples: list[Trajectory]
+    mean: float | None
+    std: float | None
+    no_gradient: bool
+    scored: int
+
+
+GROUP_LIMIT = 256
+
+
+def trajectory_group(trajectory: Trajectory) -> GroupStats:
+    """The GRPO group of one trajectory (the G samples of its prompt at its step), with its statistics.
+
+    std is the population std GRPO normalises advantages with; a group whose rewards are all
+    equal has std 0 and gives no gradient.
+    """
+    if trajectory.group_id:
+        rows = Trajectory.objects.filter(project_id=trajectory.project_id, run_id=trajectory.run_id,
+                                         step=trajectory.step, group_id=trajectory.group_id)
+    else:
+        rows = Trajectory.objects.filter(project_id=trajectory.project_id, run_id=trajectory.run_id,
+                                         step=trajectory.step, task_key=trajectory.task_key)
+    samples = list(rows.order_by("sample_index", "id")[:GROUP_LIMIT])
+    rewards = [s.reward for s in samples if s.reward is not None]
+    if not rewards:
+        return GroupStats(samples, None, None, False, 0)
+    mean = sum(rewards) / len(rewards)
+    std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+    return GroupStats(samples, mean, std, len(samples) > 1 and std == 0.0, len(rewards))
+
+
+def same_task_elsewhere(trajectory: Trajectory, limit: int = 20) -> list[Trajectory]:
+    """The same task's trajectories in other runs, checkpoints and steps (newest first)."""
+    rows = (Trajectory.objects.filter(project_id=trajectory.project_id, task_key=trajectory.task_key)
+            .exclude(pk=trajectory.pk).select_related("run", "checkpoint")
+            .only("id", "run__name", "run__kind", "checkpoint__step", "step", "split", "sample_index", "reward",
+                  "passed", "failure_bucket", "source", "created_at"))
+    return list(rows.order_by("-id")[:limit])
+
+
+def rescore_results_of(trajectory: Trajectory) -> list[RescoreResult]:
+    """Every re-verification of this trajectory, newest first (the stored verdict is never changed)."""
+    return list(RescoreResult.objects.filter(trajectory=trajectory)
+                .select_related("rescore__verifier_version__verifier", "rescore__created_by").order_by("-id")[:20])

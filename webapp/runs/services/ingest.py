@@ -32,7 +32,7 @@ from webapp.trajectories.models import FAILURE_BUCKETS, BucketRollup, StepRollup
 TRAJECTORY_COLUMNS = (
     "project_id", "run_id", "attempt", "task_id", "task_key", "step", "split", "group_id", "sample_index",
     "turns", "tool_calls", "reward", "components", "advantage", "passed", "failure_bucket", "flags",
-    "tokens_in", "tokens_out", "latency_ms", "source", "created_at",
+    "tokens_in", "tokens_out", "latency_ms", "source", "created_at", "verifier_version_id",
 )
 JSON_COLUMNS = {"turns", "tool_calls", "components", "flags"}
 
@@ -148,6 +148,8 @@ class EventIngestor:
             "latency_ms": _finite(event.get("latency_ms")),
             "source": "run",
             "created_at": _event_time(event) or datetime.now(UTC),
+            # The run's verifier scored it: the inspector recomputes its trace with that version.
+            "verifier_version_id": self.run.verifier_version_id,
         }
 
     def _task_pk(self, task_key: str) -> int | None:
@@ -254,7 +256,7 @@ CREATE TEMP TABLE IF NOT EXISTS crucible_trajectory_stage (
   split varchar(32), group_id varchar(64), sample_index integer, turns jsonb, tool_calls jsonb,
   reward double precision, components jsonb, advantage double precision, passed boolean,
   failure_bucket varchar(32), flags jsonb, tokens_in integer, tokens_out integer,
-  latency_ms double precision, source varchar(16), created_at timestamptz
+  latency_ms double precision, source varchar(16), created_at timestamptz, verifier_version_id bigint
 ) ON COMMIT DELETE ROWS
 """
 

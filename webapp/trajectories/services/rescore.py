@@ -6,6 +6,7 @@ RescoreResult rows, so two versions can be compared side by side.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
 
@@ -93,3 +94,38 @@ def rescore_summary(rescore: Rescore) -> dict:
             for r in rows if r.trajectory.failure_bucket != r.failure_bucket
         )),
     }
+
+
+@transaction.atomic
+def trajectory_reverify(*, trajectory: Trajectory, verifier_version: VerifierVersion, actor) -> RescoreResult:
+    """Verify one trajectory again (now, in this process) and keep the verdict beside the stored one."""
+    if verifier_version.verifier.project_id != trajectory.project_id:
+        raise ValueError("The verifier belongs to another project.")
+    result = verify_one(verifier_version, trajectory)
+    rescore = Rescore.objects.create(project_id=trajectory.project_id, run_id=trajectory.run_id,
+                                     verifier_version=verifier_version, created_by=actor,
+                                     summary={"trajectory": trajectory.pk})
+    return RescoreResult.objects.create(
+        rescore=rescore, trajectory=trajectory, reward=result.reward, passed=result.passed,
+        failure_bucket=bucket_of(result), components=result.components, error=result.error or "",
+        info=_plain_json(result.info), disagrees=_disagrees(trajectory, result.reward, result.passed),
+    )
+
+
+def _plain_json(value) -> dict:
+    """Verifier info as JSON the database stores: objects become strings, NUL characters are dropped."""
+    try:
+        plain = json.loads(json.dumps(value or {}, default=str, allow_nan=False))
+    except ValueError:
+        return {"note": "the verifier's trace held NaN or infinite numbers, which JSON cannot store"}
+    return _without_nul(plain)
+
+
+def _without_nul(value):
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,256 @@
+"""Trajectories: the filtered list, the inspector, the GRPO group view, the diff of two, re-verify.
+
+Reads are webapp.trajectories.selectors' (the API lists with the same filter and pages),
+the trace webapp.trajectories.trace's, writes webapp.trajectories.services'. Every string
+shown here came from a model, a tool or a task: templates escape it, nothing is `|safe`.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from webapp.api.pagination import CursorError, Page
+from webapp.dashboard.views.common import breadcrumbs_for, has_page, query_without_after
+from webapp.datasets.models import Split, TaskDataset
+from webapp.projects.access import get_project_or_404, has_role
+from webapp.projects.models import Project, Role
+from webapp.runs.models import Run
+from webapp.trajectories.models import FAILURE_BUCKETS, Trajectory
+from webapp.trajectories.selectors import (
+    FILTER_FIELDS,
+    SOURCES,
+    SPLITS,
+    FilterError,
+    TrajectoryFilter,
+    rescore_results_of,
+    review_states,
+    same_task_elsewhere,
+    trajectory_for_inspector,
+    trajectory_group,
+    trajectory_neighbours,
+    trajectory_page,
+)
+from webapp.trajectories.services.evals import tasks_from_trajectories
+from webapp.trajectories.services.rescore import trajectory_reverify
+from webapp.trajectories.services.verification import env_task_of
+from webapp.trajectories.timeline import pretty_json, trajectory_diff, turn_timeline
+from webapp.trajectories.trace import verifier_trace
+from webapp.verifiers.models import VerifierVersion
+
+PAGE_SIZE = 50
+RUN_CHOICES = 200
+MAX_SELECTION = 500
+
+
+def _filter_from(request: HttpRequest) -> tuple[TrajectoryFilter, dict[str, str]]:
+    """The filter in the URL; bad parameters are dropped and reported beside their fields."""
+    try:
+        return TrajectoryFilter.from_query(request.GET), {}
+    except FilterError as exc:
+        clean = request.GET.copy()
+        for name in exc.errors:
+            clean.pop(name, None)
+        try:
+            return TrajectoryFilter.from_query(clean), exc.errors
+        except FilterError:  # step_max below step_min: both are dropped
+            return TrajectoryFilter(), exc.errors
+
+
+def _filter_query(flt: TrajectoryFilter) -> str:
+    return urlencode(flt.as_query())
+
+
+def _run_choices(project: Project, selected: int | None) -> list[Run]:
+    runs = list(Run.objects.filter(project=project).order_by("-id").only("id", "name", "kind")[:RUN_CHOICES])
+    if selected is not None and all(r.pk != selected for r in runs):
+        extra = Run.objects.filter(project=project, pk=selected).only("id", "name", "kind").first()
+        runs += [extra] if extra else []
+    return runs
+
+
+def _trajectory_or_404(project: Project, trajectory_id: int) -> Trajectory:
+    trajectory = trajectory_for_inspector(project, trajectory_id)
+    if trajectory is None:
+        raise Http404("No such trajectory in this project.")
+    return trajectory
+
+
+@login_required
+def trajectory_list_page(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_project_or_404(request.user, slug)
+    flt, errors = _filter_from(request)
+    try:
+        page = trajectory_page(project, flt, after=request.GET.get("after") or None, limit=PAGE_SIZE)
+    except CursorError as exc:
+        page, errors = Page(items=[], next_cursor=None), {**errors, "after": str(exc)}
+    states = review_states([t.pk for t in page.items])
+    filter_query = _filter_query(flt)
+    rows = [{"t": t, "review": states.get(t.pk)} for t in page.items]
+    context = {
+        "project": project, "rows": rows, "page": page, "flt": flt, "errors": errors,
+        "query": query_without_after(request), "filter_query": filter_query,
+        "runs": _run_choices(project, flt.run), "buckets": FAILURE_BUCKETS, "splits": SPLITS, "sources": SOURCES,
+        "can_edit": has_role(request.user, project, Role.EDITOR),
+        "datasets": _dataset_choices(project), "dataset_splits": Split.values,
+        "review_url": _review_url(project, filter_query, request.user),
+        "failures_url": reverse("dashboard:failures", args=[slug]) + (f"?run={flt.run}" if flt.run else "")
+        if has_page("dashboard:failures") else "",
+        "breadcrumbs": breadcrumbs_for(project, ("Trajectories", None)),
+    }
+    return render(request, "dashboard/trajectories/list.html", context)
+
+
+def _review_url(project: Project, filter_query: str, user) -> str:
+    """The review page's new-queue form, pre-filled with this filter (editors create queues)."""
+    if not has_page("dashboard:review") or not has_role(user, project, Role.EDITOR):
+        return ""
+    return reverse("dashboard:review", args=[project.slug]) + "?" + urlencode({"filter": filter_query})
+
+
+def _dataset_choices(project: Project) -> list[TaskDataset]:
+    """The newest version of each dataset (a new version is made from it)."""
+    newest: dict[str, TaskDataset] = {}
+    for dataset in TaskDataset.objects.filter(project=project).order_by("name", "-version").only("id", "name", "version"):
+        newest.setdefault(dataset.name, dataset)
+    return list(newest.values())
+
+
+@login_required
+def trajectory_detail_page(request: HttpRequest, slug: str, trajectory_id: int) -> HttpResponse:
+    project = get_project_or_404(request.user, slug)
+    trajectory = _trajectory_or_404(project, trajectory_id)
+    flt, _errors = _filter_from(request)
+    previous, following = trajectory_neighbours(project, flt, trajectory.pk)
+    task = env_task_of(trajectory)
+    filter_query = _filter_query(flt)
+    context = {
+        "project": project, "t": trajectory, "task": task,
+        "timeline": turn_timeline(trajectory.turns, task.tools if task else None),
+        "trace": verifier_trace(trajectory), "rescores": rescore_results_of(trajectory),
+        "previous": previous, "following": following, "filter_query": filter_query,
+        "elsewhere": same_task_elsewhere(trajectory),
+        "versions": VerifierVersion.objects.filter(verifier__project=project).select_related("verifier")
+        .order_by("verifier__name", "-version")[:50],
+        "can_reverify": has_role(request.user, project, Role.REVIEWER),
+        "raw": pretty_json({"turns": trajectory.turns, "tool_calls": trajectory.tool_calls,
+                            "components": trajectory.components, "flags": trajectory.flags,
+                            "task": trajectory.task_snapshot}),
+        "list_url": reverse("dashboard:trajectory_list", args=[slug]) + (f"?{filter_query}" if filter_query else ""),
+        "breadcrumbs": breadcrumbs_for(project, ("Trajectories", reverse("dashboard:trajectory_list", args=[slug])),
+                                       (f"#{trajectory.pk}", None)),
+    }
+    return render(request, "dashboard/trajectories/detail.html", context)
+
+
+@login_required
+def trajectory_group_page(request: HttpRequest, slug: str, trajectory_id: int) -> HttpResponse:
+    project = get_project_or_404(request.user, slug)
+    trajectory = _trajectory_or_404(project, trajectory_id)
+    group = trajectory_group(trajectory)
+    task = env_task_of(trajectory)
+    samples = [{"t": s, "timeline": turn_timeline(s.turns, task.tools if task else None)} for s in group.samples]
+    context = {
+        "project": project, "t": trajectory, "group": group, "samples": samples, "task": task,
+        "breadcrumbs": breadcrumbs_for(
+            project, ("Trajectories", reverse("dashboard:trajectory_list", args=[slug])),
+            (f"#{trajectory.pk}", reverse("dashboard:trajectory_detail", args=[slug, trajectory.pk])), ("Group", None)),
+    }
+    return render(request, "dashboard/trajectories/group.html", context)
+
+
+@login_required
+def trajectory_diff_page(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_project_or_404(request.user, slug)
+    try:
+        a_id, b_id = int(request.GET.get("a", "")), int(request.GET.get("b", ""))
+    except ValueError:
+        raise Http404("Say which two trajectories to compare: ?a=<id>&b=<id>.") from None
+    a, b = _trajectory_or_404(project, a_id), _trajectory_or_404(project, b_id)
+    task = env_task_of(a)
+    context = {
+        "project": project, "a": a, "b": b,
+        "turns": trajectory_diff(a.turns, b.turns, task.tools if task else None),
+        "breadcrumbs": breadcrumbs_for(project, ("Trajectories", reverse("dashboard:trajectory_list", args=[slug])),
+                                       (f"#{a.pk} against #{b.pk}", None)),
+    }
+    return render(request, "dashboard/trajectories/diff.html", context)
+
+
+@login_required
+@require_POST
+def trajectory_reverify_view(request: HttpRequest, slug: str, trajectory_id: int) -> HttpResponse:
+    """Re-verify with a chosen verifier version; the new verdict is shown beside the stored one."""
+    project = get_project_or_404(request.user, slug, Role.REVIEWER)
+    trajectory = _trajectory_or_404(project, trajectory_id)
+    version = VerifierVersion.objects.filter(verifier__project=project, pk=_int(request.POST.get("version"))).first()
+    target = reverse("dashboard:trajectory_detail", args=[slug, trajectory.pk]) + "#reverify"
+    if version is None:
+        messages.error(request, "Choose a verifier version of this project to re-verify with.")
+        return redirect(target)
+    result = trajectory_reverify(trajectory=trajectory, verifier_version=version, actor=request.user)
+    verdict = "an error" if result.error else f"reward {result.reward}"
+    messages.success(request, f"Re-verified with {version.verifier.name} v{version.version}: {verdict}"
+                              f"{' (differs from the stored verdict)' if result.disagrees else ''}.")
+    return redirect(target)
+
+
+def _int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@login_required
+@require_POST
+def trajectory_to_dataset_view(request: HttpRequest, slug: str) -> HttpResponse:
+    """"Add to dataset" from a selection: the ticked trajectories become tasks of a new dataset version."""
+    project = get_project_or_404(request.user, slug, Role.EDITOR)
+    back = request.POST.get("back", "")
+    back = back if back.startswith(f"/p/{slug}/trajectories/") else reverse("dashboard:trajectory_list", args=[slug])
+    ids = [i for i in (_int(v) for v in request.POST.getlist("ids")[:MAX_SELECTION]) if i is not None]
+    dataset = TaskDataset.objects.filter(project=project, pk=_int(request.POST.get("dataset"))).first()
+    if not ids:
+        messages.error(request, "Tick the trajectories to add first.")
+        return redirect(back)
+    if dataset is None:
+        messages.error(request, "Choose the dataset that gets the new version.")
+        return redirect(back)
+    rows = list(Trajectory.objects.filter(project=project, pk__in=ids).select_related("task"))
+    try:
+        report = tasks_from_trajectories(trajectories=rows, dataset=dataset, split=request.POST.get("split", "held_out"),
+                                         actor=request.user)
+    except ValueError as exc:
+        messages.error(request, str(exc))
+        return redirect(back)
+    _report_messages(request, report)
+    return redirect(back)
+
+
+def _report_messages(request: HttpRequest, report) -> None:
+    if report.dataset is not None:
+        messages.success(request, f"{report.dataset.name} v{report.dataset.version}: {report.created} new task(s) "
+                                  f"from trajectories, {report.duplicates} already there.")
+    else:
+        messages.warning(request, f"No new dataset version: {report.duplicates} already there, "
+                                  f"{len(report.skipped)} skipped.")
+    for skipped in report.skipped[:10]:
+        messages.warning(request, f"Trajectory #{skipped['trajectory']} skipped: {skipped['reason']}.")
+
+
+def filter_link(slug: str, **params) -> str:
+    """A link to the trajectory list with these filters (other pages build theirs with it)."""
+    query = {k: v for k, v in params.items() if k in FILTER_FIELDS and v not in (None, "")}
+    return reverse("dashboard:trajectory_list", args=[slug]) + ("?" + urlencode(query) if query else "")
+
+
+def json_text(value) -> str:
+    return json.dumps(value, ensure_ascii=False)
