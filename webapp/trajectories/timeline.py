@@ -116,6 +116,16 @@ def _tool_specs(tools: list[dict] | None) -> dict[str, ToolSpec]:
     return specs
 
 
+SCHEMA_CODES = frozenset({"unknown_tool", "unexpected_argument", "wrong_type", "missing_argument"})
+
+
+def _shown_apart(code: str, call_index: int | None, calls: list[CallView]) -> bool:
+    """Whether a parse error needs its own line: schema problems of a call are marked on its arguments."""
+    if code == "no_tool_call":
+        return not calls
+    return not (code in SCHEMA_CODES and call_index is not None and calls)
+
+
 def turn_timeline(turns: list[Any], tools: list[dict] | None) -> list[TurnView]:
     """Turns in order; each assistant call checked, and each tool output paired with its call.
 
@@ -137,7 +147,7 @@ def turn_timeline(turns: list[Any], tools: list[dict] | None) -> list[TurnView]:
             parsed = calls_from_message(turn, list(specs.values()) or None)
             view.calls = [check_call(call, specs, counter + i) for i, call in enumerate(parsed.calls)]
             counter += len(view.calls)
-            view.parse_errors = [e.to_dict() for e in parsed.errors if e.code != "no_tool_call" or not view.calls]
+            view.parse_errors = [e.to_dict() for e in parsed.errors if _shown_apart(e.code, e.call_index, view.calls)]
             pending = list(view.calls)
             by_id.update({c.call_id: c for c in view.calls if c.call_id})
         elif role == "tool":
