@@ -502,7 +502,50 @@ def pages_to_measure(client, project, requests: int) -> list[Result]:
          f"/api/projects/{slug}/runs?limit={API_DEEP_LIMIT}" + (f"&after={quote(api_cursor)}" if api_cursor else ""),
          {}),
     ]
+    plan += trajectory_plan(project, long_run)
     return [measure(client, label, path, requests, **options) for label, path, options in plan]
+
+
+def deep_trajectory_cursor(project) -> tuple[int, str]:
+    """The list's cursor about 999,000 rows in (where OFFSET used to cost half a second), made
+    from the row there, as if someone had followed `next` that far."""
+    from webapp.api.pagination import encode_cursor
+    from webapp.trajectories.models import Trajectory
+    from webapp.trajectories.selectors import TRAJECTORY_ORDERING
+
+    total = Trajectory.objects.filter(project=project).count()
+    depth = max(0, min(total - 100, 999_000))
+    row = Trajectory.objects.filter(project=project).order_by("-id").only("id")[depth]
+    return depth, encode_cursor([*TRAJECTORY_ORDERING], row)
+
+
+def trajectory_plan(project, long_run) -> list[tuple[str, str, dict]]:
+    """The trajectory pages and endpoints (issue 25) over the filled million rows."""
+    from urllib.parse import quote
+
+    from webapp.trajectories.models import Trajectory
+
+    slug = project.slug
+    depth, cursor = deep_trajectory_cursor(project)
+    failed = (Trajectory.objects.filter(run=long_run).exclude(failure_bucket="").order_by("-id")
+              .only("id", "failure_bucket", "step").first())
+    middle_step = (Trajectory.objects.filter(run=long_run).order_by("-id").values_list("step", flat=True).first()
+                   or 0) // 2
+    bucket = failed.failure_bucket
+    return [
+        ("trajectories, page 1", f"/p/{slug}/trajectories/", {}),
+        (f"trajectories, {depth:,} rows in (cursor)", f"/p/{slug}/trajectories/?after={quote(cursor)}", {}),
+        (f"trajectories, run + bucket {bucket}", f"/p/{slug}/trajectories/?run={long_run.pk}&bucket={bucket}", {}),
+        (f"trajectories, run + step {middle_step}", f"/p/{slug}/trajectories/?run={long_run.pk}&step={middle_step}",
+         {}),
+        ("trajectories API, page 1", f"/api/projects/{slug}/trajectories", {}),
+        (f"trajectories API, {depth:,} rows in", f"/api/projects/{slug}/trajectories?after={quote(cursor)}", {}),
+        ("trajectories API, run + bucket", f"/api/projects/{slug}/trajectories?run={long_run.pk}&bucket={bucket}", {}),
+        ("inspector (in a run + bucket filter)",
+         f"/p/{slug}/trajectories/{failed.pk}/?run={long_run.pk}&bucket={bucket}", {}),
+        ("trajectory API (turns, trace)", f"/api/trajectories/{failed.pk}", {}),
+        ("GRPO group view", f"/p/{slug}/trajectories/{failed.pk}/group/", {}),
+    ]
 
 
 def explain(sql: str) -> str:

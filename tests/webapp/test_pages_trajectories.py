@@ -177,3 +177,33 @@ def test_an_empty_project_says_what_to_do(client, project_team):
     client.force_login(project_team["viewer"])
     body = client.get(f"/p/{project_team['project'].slug}/trajectories/").content.decode()
     assert "No trajectories yet: launch a run" in body
+
+
+def test_add_to_dataset_takes_every_row_the_filter_matches(client, project_team, hostile_run):
+    slug = project_team["project"].slug
+    dataset = dataset_create(project=project_team["project"], name="regressions", tasks=make_tasks(1)[:1],
+                             actor=project_team["owner"])
+    client.force_login(project_team["editor"])
+    client.post(f"/p/{slug}/trajectories/to-dataset/", {
+        "all_matching": "1", "filter": f"run={hostile_run.pk}&bucket=wrong_tool&step=1", "dataset": dataset.pk,
+        "split": "held_out"})
+    newest = TaskDataset.objects.filter(project=project_team["project"], name="regressions").order_by("-version").first()
+    sources = Trajectory.objects.filter(pk__in=newest.tasks.exclude(origin_trajectory=None)
+                                        .values_list("origin_trajectory_id", flat=True))
+    assert newest.version == 2 and {t.failure_bucket for t in sources} == {"wrong_tool"} and {t.step for t in sources} == {1}
+    assert sources.count() == 4, "one new task per task (4 tasks failed with wrong_tool at step 1)"
+
+
+def test_the_checkpoint_filter_finds_the_runs_that_evaluated_it(client, project_team, hostile_run):
+    from webapp.runs.models import Checkpoint
+
+    checkpoint = Checkpoint.objects.create(run=hostile_run, step=4, storage_uri="/tmp/x")
+    setup = (hostile_run.dataset, hostile_run.verifier_version.verifier, hostile_run.model)
+    evaluation = make_pipeline_run(project_team["project"], project_team["owner"], name="eval of step 4", kind="eval",
+                                   split="held_out", steps=1, setup=setup)
+    evaluation.parent_checkpoint = checkpoint
+    evaluation.save(update_fields=["parent_checkpoint"])
+    client.force_login(project_team["viewer"])
+    body = client.get(f"/p/{project_team['project'].slug}/trajectories/?checkpoint={checkpoint.pk}&passed=no")
+    ids = _ids(body.content.decode())
+    assert set(ids) == set(Trajectory.objects.filter(run=evaluation, passed=False).values_list("id", flat=True))

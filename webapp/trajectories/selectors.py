@@ -170,10 +170,14 @@ FILTER_FIELDS = tuple(f.name for f in fields(TrajectoryFilter))
 def filtered_trajectories(project: Project, flt: TrajectoryFilter) -> QuerySet[Trajectory]:
     """The project's trajectories that match `flt` (unordered; callers choose the order)."""
     rows = Trajectory.objects.filter(project=project)
-    exact = {"run_id": flt.run, "checkpoint_id": flt.checkpoint, "step": flt.step, "split": flt.split or None,
+    exact = {"run_id": flt.run, "step": flt.step, "split": flt.split or None,
              "source": flt.source or None, "passed": flt.passed, "group_id": flt.group or None,
              "task_key": flt.task or None}
     rows = rows.filter(**{name: value for name, value in exact.items() if value is not None})
+    if flt.checkpoint is not None:
+        # A checkpoint's trajectories: those it produced, and those of the runs that evaluated it
+        # (an eval run's parent checkpoint is the model it scores).
+        rows = rows.filter(Q(checkpoint_id=flt.checkpoint) | Q(run__parent_checkpoint_id=flt.checkpoint))
     if flt.step_min is not None:
         rows = rows.filter(step__gte=flt.step_min)
     if flt.step_max is not None:

@@ -7,12 +7,11 @@ shown here came from a model, a tool or a task: templates escape it, nothing is 
 
 from __future__ import annotations
 
-import json
 from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -30,6 +29,7 @@ from webapp.trajectories.selectors import (
     SPLITS,
     FilterError,
     TrajectoryFilter,
+    filtered_trajectories,
     rescore_results_of,
     review_states,
     same_task_elsewhere,
@@ -99,7 +99,7 @@ def trajectory_list_page(request: HttpRequest, slug: str) -> HttpResponse:
         "query": query_without_after(request), "filter_query": filter_query,
         "runs": _run_choices(project, flt.run), "buckets": FAILURE_BUCKETS, "splits": SPLITS, "sources": SOURCES,
         "can_edit": has_role(request.user, project, Role.EDITOR),
-        "datasets": _dataset_choices(project), "dataset_splits": Split.values,
+        "datasets": _dataset_choices(project), "dataset_splits": Split.values, "max_selection": MAX_SELECTION,
         "review_url": _review_url(project, filter_query, request.user),
         "failures_url": reverse("dashboard:failures", args=[slug]) + (f"?run={flt.run}" if flt.run else "")
         if has_page("dashboard:failures") else "",
@@ -216,15 +216,18 @@ def trajectory_to_dataset_view(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_project_or_404(request.user, slug, Role.EDITOR)
     back = request.POST.get("back", "")
     back = back if back.startswith(f"/p/{slug}/trajectories/") else reverse("dashboard:trajectory_list", args=[slug])
-    ids = [i for i in (_int(v) for v in request.POST.getlist("ids")[:MAX_SELECTION]) if i is not None]
     dataset = TaskDataset.objects.filter(project=project, pk=_int(request.POST.get("dataset"))).first()
-    if not ids:
-        messages.error(request, "Tick the trajectories to add first.")
-        return redirect(back)
     if dataset is None:
         messages.error(request, "Choose the dataset that gets the new version.")
         return redirect(back)
-    rows = list(Trajectory.objects.filter(project=project, pk__in=ids).select_related("task"))
+    try:
+        rows = _chosen_trajectories(project, request.POST)
+    except FilterError as exc:
+        messages.error(request, f"The filter is not valid: {exc}.")
+        return redirect(back)
+    if not rows:
+        messages.error(request, "Tick the trajectories to add first (or choose “all matching this filter”).")
+        return redirect(back)
     try:
         report = tasks_from_trajectories(trajectories=rows, dataset=dataset, split=request.POST.get("split", "held_out"),
                                          actor=request.user)
@@ -233,6 +236,17 @@ def trajectory_to_dataset_view(request: HttpRequest, slug: str) -> HttpResponse:
         return redirect(back)
     _report_messages(request, report)
     return redirect(back)
+
+
+def _chosen_trajectories(project: Project, form) -> list[Trajectory]:
+    """The ticked rows, or every row the list's filter matches (newest first, at most MAX_SELECTION)."""
+    if form.get("all_matching"):
+        flt = TrajectoryFilter.from_query(QueryDict(form.get("filter", "")))
+        rows = filtered_trajectories(project, flt).order_by("-id")
+    else:
+        ids = [i for i in (_int(v) for v in form.getlist("ids")[:MAX_SELECTION]) if i is not None]
+        rows = Trajectory.objects.filter(project=project, pk__in=ids)
+    return list(rows.select_related("task")[:MAX_SELECTION])
 
 
 def _report_messages(request: HttpRequest, report) -> None:
@@ -250,7 +264,3 @@ def filter_link(slug: str, **params) -> str:
     """A link to the trajectory list with these filters (other pages build theirs with it)."""
     query = {k: v for k, v in params.items() if k in FILTER_FIELDS and v not in (None, "")}
     return reverse("dashboard:trajectory_list", args=[slug]) + ("?" + urlencode(query) if query else "")
-
-
-def json_text(value) -> str:
-    return json.dumps(value, ensure_ascii=False)
