@@ -51,7 +51,10 @@ function onKey(event) {
     pendingG = true;
     pendingTimer = setTimeout(() => { pendingG = false; }, 1500);
   } else {
-    document.dispatchEvent(new CustomEvent("crucible:key", { detail: event.key, cancelable: true }));
+    // A page handler that takes the key calls preventDefault() on the custom event; the key
+    // then does nothing else (no scrolling on arrows, no character typed into a field it focused).
+    const taken = !document.dispatchEvent(new CustomEvent("crucible:key", { detail: event.key, cancelable: true }));
+    if (taken) event.preventDefault();
   }
 }
 
