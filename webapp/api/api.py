@@ -12,6 +12,7 @@ from webapp.api.auth import API_AUTH
 from webapp.api.checkpoints import router as checkpoints_router
 from webapp.api.experiments import router as experiments_router
 from webapp.api.jobs import router as jobs_router
+from webapp.api.reviews import router as reviews_router
 from webapp.api.runs import router as runs_router
 from webapp.api.schemas import ErrorOut, ProjectOut
 from webapp.api.trajectories import router as trajectories_router
@@ -26,6 +27,7 @@ api.add_router("/", experiments_router)
 api.add_router("/", runs_router)
 api.add_router("/", checkpoints_router)
 api.add_router("/", jobs_router)
+api.add_router("/", reviews_router)
 
 
 @api.get("/projects", response=list[ProjectOut], tags=["projects"])

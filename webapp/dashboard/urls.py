@@ -1,6 +1,16 @@
 from django.urls import path
 
-from webapp.dashboard.views import checkpoints, experiments, home, jobs, overview, run_new, runs, trajectories
+from webapp.dashboard.views import (
+    checkpoints,
+    experiments,
+    home,
+    jobs,
+    overview,
+    review,
+    run_new,
+    runs,
+    trajectories,
+)
 from webapp.dashboard.views import settings as project_settings
 
 app_name = "dashboard"
@@ -45,6 +55,18 @@ urlpatterns = [
          name="trajectory_group"),
     path("p/<slug:slug>/trajectories/<int:trajectory_id>/reverify/", trajectories.trajectory_reverify_view,
          name="trajectory_reverify"),
+    path("p/<slug:slug>/review/", review.review_list_page, name="review"),
+    path("p/<slug:slug>/review/new/", review.review_create, name="review_create"),
+    path("p/<slug:slug>/review/labels.<str:fmt>", review.review_export, name="review_export"),
+    path("p/<slug:slug>/review/<int:queue_id>/", review.review_queue_page, name="review_queue"),
+    path("p/<slug:slug>/review/<int:queue_id>/labels.<str:fmt>", review.review_queue_export,
+         name="review_queue_export"),
+    path("p/<slug:slug>/review/<int:queue_id>/label/", review.review_label_page, name="review_label"),
+    path("p/<slug:slug>/review/<int:queue_id>/save/", review.review_save_view, name="review_save"),
+    path("p/<slug:slug>/review/<int:queue_id>/undo/", review.review_undo_view, name="review_undo"),
+    path("p/<slug:slug>/review/<int:queue_id>/release/", review.review_release_view, name="review_release"),
+    path("p/<slug:slug>/review/<int:queue_id>/to-dataset/", review.review_to_dataset, name="review_to_dataset"),
+    path("p/<slug:slug>/review/<int:queue_id>/dpo/", review.review_dpo, name="review_dpo"),
     path("p/<slug:slug>/jobs/", jobs.job_list_page, name="job_list"),
     path("p/<slug:slug>/jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job_cancel"),
     path("p/<slug:slug>/jobs/<int:job_id>/retry/", jobs.job_retry_view, name="job_retry"),

@@ -106,6 +106,10 @@ def _start_values(request: HttpRequest, project: Project) -> tuple[dict, dict, l
             top["model_spec"] = spec.pk
             config.pop("model", None)
             notes.append(f"The preset's model {PRESETS[preset]['model']} is this project's model {spec.name}.")
+    pairs = request.GET.get("preference_pairs", "")[:2000]
+    if top["kind"] == "dpo" and pairs.strip():  # from a review queue's "Train DPO on these pairs"
+        config["preference_pairs"] = pairs.strip()
+        notes.append("The preference pairs file comes from a review queue: choose the model and dataset, then launch.")
     return top, raw_values_from_config(config), notes
 
 
