@@ -501,6 +501,7 @@ def pages_to_measure(client, project, requests: int) -> list[Result]:
         (f"runs API, page {api_page} (limit={API_DEEP_LIMIT})",
          f"/api/projects/{slug}/runs?limit={API_DEEP_LIMIT}" + (f"&after={quote(api_cursor)}" if api_cursor else ""),
          {}),
+        *failure_pages(slug, long_run),
     ]
     plan += trajectory_plan(project, long_run)
     return [measure(client, label, path, requests, **options) for label, path, options in plan]
@@ -532,6 +533,7 @@ def trajectory_plan(project, long_run) -> list[tuple[str, str, dict]]:
     middle_step = (Trajectory.objects.filter(run=long_run).order_by("-id").values_list("step", flat=True).first()
                    or 0) // 2
     bucket = failed.failure_bucket
+    queue = bench_queue(project, long_run)
     return [
         ("trajectories, page 1", f"/p/{slug}/trajectories/", {}),
         (f"trajectories, {depth:,} rows in (cursor)", f"/p/{slug}/trajectories/?after={quote(cursor)}", {}),
@@ -545,6 +547,42 @@ def trajectory_plan(project, long_run) -> list[tuple[str, str, dict]]:
          f"/p/{slug}/trajectories/{failed.pk}/?run={long_run.pk}&bucket={bucket}", {}),
         ("trajectory API (turns, trace)", f"/api/trajectories/{failed.pk}", {}),
         ("GRPO group view", f"/p/{slug}/trajectories/{failed.pk}/group/", {}),
+        ("review queue page", f"/p/{slug}/review/{queue.pk}/", {}),
+        ("review, next item (claims it)", f"/p/{slug}/review/{queue.pk}/label/", {}),
+    ]
+
+
+def bench_queue(project, run):
+    """A review queue over the long run's failures (made once, outside the timed requests)."""
+    from django.contrib.auth import get_user_model
+
+    from webapp.trajectories.models import ReviewQueue
+    from webapp.trajectories.services.review import queue_create
+
+    queue = ReviewQueue.objects.filter(project=project, name="bench failures").first()
+    if queue is None:
+        owner = get_user_model().objects.get(username="bench-owner")
+        queue = queue_create(project=project, name="bench failures", filter={"run": str(run.pk), "passed": "no"},
+                             limit=500, actor=owner)
+    return queue
+
+
+def failure_pages(slug: str, run) -> list[tuple[str, str, dict]]:
+    """The Failures page of a run (its buckets per step, top buckets with examples, reviews, and
+    two evaluations compared: per bucket, per task category, transitions) and its two API endpoints.
+    The evaluations are the two newest eval runs (the page's default), else the two newest runs."""
+    from webapp.runs.models import Run, RunKind
+    from webapp.trajectories.models import Trajectory
+
+    newest = Run.objects.filter(project=run.project).order_by("-created_at", "-id")
+    pair = list(newest.filter(kind=RunKind.EVAL)[:2]) if newest.filter(kind=RunKind.EVAL).count() >= 2 else list(
+        newest[:2])
+    compare = f"a={pair[1].pk}&b={pair[0].pk}"
+    trajectories = Trajectory.objects.filter(run=run).count()
+    return [
+        (f"failures page ({trajectories:,}-trajectory run)", f"/p/{slug}/failures/?run={run.pk}&{compare}", {}),
+        ("failures API, run per step", f"/api/runs/{run.pk}/failures", {}),
+        ("failures API, two evaluations", f"/api/projects/{slug}/failures/compare?{compare}", {}),
     ]
 
 

@@ -11,6 +11,7 @@ from ninja.errors import ValidationError
 from webapp.api.auth import API_AUTH
 from webapp.api.checkpoints import router as checkpoints_router
 from webapp.api.experiments import router as experiments_router
+from webapp.api.failures import router as failures_router
 from webapp.api.jobs import router as jobs_router
 from webapp.api.reviews import router as reviews_router
 from webapp.api.runs import router as runs_router
@@ -28,6 +29,7 @@ api.add_router("/", runs_router)
 api.add_router("/", checkpoints_router)
 api.add_router("/", jobs_router)
 api.add_router("/", reviews_router)
+api.add_router("/", failures_router)
 
 
 @api.get("/projects", response=list[ProjectOut], tags=["projects"])

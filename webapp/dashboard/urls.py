@@ -3,6 +3,7 @@ from django.urls import path
 from webapp.dashboard.views import (
     checkpoints,
     experiments,
+    failures,
     home,
     jobs,
     overview,
@@ -67,6 +68,7 @@ urlpatterns = [
     path("p/<slug:slug>/review/<int:queue_id>/release/", review.review_release_view, name="review_release"),
     path("p/<slug:slug>/review/<int:queue_id>/to-dataset/", review.review_to_dataset, name="review_to_dataset"),
     path("p/<slug:slug>/review/<int:queue_id>/dpo/", review.review_dpo, name="review_dpo"),
+    path("p/<slug:slug>/failures/", failures.failures_page, name="failures"),
     path("p/<slug:slug>/jobs/", jobs.job_list_page, name="job_list"),
     path("p/<slug:slug>/jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job_cancel"),
     path("p/<slug:slug>/jobs/<int:job_id>/retry/", jobs.job_retry_view, name="job_retry"),
