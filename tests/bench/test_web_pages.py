@@ -25,6 +25,11 @@ PAGE_ROWS = [
     r"overview", r"runs table, page 1", r"runs table, page \d+ \(after cursors\)",
     r"run detail \([\d,]+-point run\)", r"series, [\d,]+ reward points", r"compare \d runs", r"checkpoints",
     r"jobs", r"runs API, page 1", r"runs API, page \d+ \(limit=10\)",
+    r"trajectories, page 1", r"trajectories, [\d,]+ rows in \(cursor\)", r"trajectories, run \+ bucket \w+",
+    r"trajectories, run \+ step \d+", r"trajectories API, page 1", r"trajectories API, run \+ bucket",
+    r"inspector \(in a run \+ bucket filter\)", r"trajectory API \(turns, trace\)", r"GRPO group view",
+    r"review queue page", r"review, next item \(claims it\)", r"failures page \([\d,]+-trajectory run\)",
+    r"failures API, run per step", r"failures API, two evaluations",
 ]
 ROW_END = r"\s+[\d.]+\s+[\d.]+\s+\d+\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d,]*\s+(OK|SLOW \(> 150 ms\))$"
 
