@@ -207,3 +207,14 @@ def test_the_checkpoint_filter_finds_the_runs_that_evaluated_it(client, project_
     body = client.get(f"/p/{project_team['project'].slug}/trajectories/?checkpoint={checkpoint.pk}&passed=no")
     ids = _ids(body.content.decode())
     assert set(ids) == set(Trajectory.objects.filter(run=evaluation, passed=False).values_list("id", flat=True))
+
+
+def test_the_task_prompt_is_shown_first_when_the_turns_start_with_the_answer(client, project_team, hostile_run):
+    trajectory = Trajectory.objects.filter(run=hostile_run, sample_index=1, task_key="task-1").first()
+    Trajectory.objects.filter(pk=trajectory.pk).update(turns=[t for t in trajectory.turns if t["role"] == "assistant"])
+    client.force_login(project_team["viewer"])
+    body = client.get(f"/p/{project_team['project'].slug}/trajectories/{trajectory.pk}/").content.decode()
+    assert body.count("(the task's prompt)") == 2 and "Please do task 1" in body
+    full = Trajectory.objects.filter(run=hostile_run, sample_index=2, task_key="task-1").first()
+    body = client.get(f"/p/{project_team['project'].slug}/trajectories/{full.pk}/").content.decode()
+    assert "(the task's prompt)" not in body, "turns that hold the prompt are shown as stored"

@@ -41,7 +41,7 @@ from webapp.trajectories.services.production import (
 )
 from webapp.trajectories.services.rescore import rescore_start, trajectory_reverify
 from webapp.trajectories.services.verification import env_task_of
-from webapp.trajectories.timeline import turn_timeline
+from webapp.trajectories.timeline import prompt_turns, turn_timeline
 from webapp.trajectories.trace import verifier_trace
 from webapp.verifiers.models import Verifier
 
@@ -222,7 +222,8 @@ def get_trajectory(request, trajectory_id: RowId):
         **_row(trajectory), "components": trajectory.components, "turns": trajectory.turns, "tool_calls": trajectory.tool_calls,
         "task_snapshot": trajectory.task_snapshot, "category": task.category if task else "",
         "verifier": {"id": version.pk, "name": version.verifier.name, "version": version.version} if version else None,
-        "timeline": [asdict(turn) for turn in turn_timeline(trajectory.turns, task.tools if task else None)],
+        "timeline": [asdict(turn) for turn in turn_timeline(
+            trajectory.turns, task.tools if task else None, prompt_turns(trajectory.turns, task.messages if task else None))],
         "trace": _trace_out(verifier_trace(trajectory)),
         "rescores": [_rescore_result_out(r) for r in rescore_results_of(trajectory)],
     }

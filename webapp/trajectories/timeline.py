@@ -70,6 +70,7 @@ class TurnView:
     calls: list[CallView] = field(default_factory=list)
     parse_errors: list[dict] = field(default_factory=list)
     paired: bool = False
+    from_task: bool = False
 
     @property
     def long(self) -> bool:
@@ -126,14 +127,27 @@ def _shown_apart(code: str, call_index: int | None, calls: list[CallView]) -> bo
     return not (code in SCHEMA_CODES and call_index is not None and calls)
 
 
-def turn_timeline(turns: list[Any], tools: list[dict] | None) -> list[TurnView]:
+def prompt_turns(turns: list[Any], task_messages: list[Any] | None) -> list[Any]:
+    """The task's messages when the stored turns start after them (training stores only what the
+    model and the tools said; production logs usually include the prompt)."""
+    first = next((t for t in turns if isinstance(t, dict)), None)
+    if not task_messages or (first is not None and first.get("role") in ("system", "user")):
+        return []
+    return [m for m in task_messages if isinstance(m, dict)]
+
+
+def turn_timeline(turns: list[Any], tools: list[dict] | None, prompt: list[Any] | None = None) -> list[TurnView]:
     """Turns in order; each assistant call checked, and each tool output paired with its call.
 
     A tool turn answers the call with its `tool_call_id`, else the first unanswered call of
     the latest assistant turn (the order tools run in). Unpaired outputs stay in the timeline.
+    `prompt` (see prompt_turns) is shown first, marked as coming from the task.
     """
     specs = _tool_specs(tools)
-    views: list[TurnView] = []
+    views: list[TurnView] = [
+        TurnView(index=-1 - i, role=str(m.get("role") or "?"), text=as_text(m.get("content")), from_task=True)
+        for i, m in enumerate(prompt or [])
+    ]
     pending: list[CallView] = []
     by_id: dict[str, CallView] = {}
     counter = 0

@@ -65,7 +65,7 @@ from webapp.trajectories.services.review import (
     review_undo,
 )
 from webapp.trajectories.services.verification import env_task_of
-from webapp.trajectories.timeline import TurnView, pretty_json, turn_timeline
+from webapp.trajectories.timeline import TurnView, pretty_json, prompt_turns, turn_timeline
 
 EXPORTS = {"jsonl": ("application/x-ndjson", labels_jsonl), "csv": ("text/csv", labels_csv)}
 # The keys that pick a failure bucket: 1-9 then 0, in FAILURE_BUCKETS' order.
@@ -412,7 +412,9 @@ def _sample(trajectory: Trajectory, side: str = "") -> SampleView:
                   for k, v in sorted((trajectory.components or {}).items())]
     task = env_task_of(trajectory)
     return SampleView(
-        trajectory=trajectory, side=side, timeline=turn_timeline(trajectory.turns, task.tools if task else None),
+        trajectory=trajectory, side=side,
+        timeline=turn_timeline(trajectory.turns, task.tools if task else None,
+                               prompt_turns(trajectory.turns, task.messages if task else None)),
         components=components,
         url=reverse("dashboard:trajectory_detail", args=[slug, trajectory.pk])
         if has_page("dashboard:trajectory_detail") else "",

@@ -41,7 +41,7 @@ from webapp.trajectories.selectors import (
 from webapp.trajectories.services.evals import tasks_from_trajectories
 from webapp.trajectories.services.rescore import trajectory_reverify
 from webapp.trajectories.services.verification import env_task_of
-from webapp.trajectories.timeline import pretty_json, trajectory_diff, turn_timeline
+from webapp.trajectories.timeline import pretty_json, prompt_turns, trajectory_diff, turn_timeline
 from webapp.trajectories.trace import verifier_trace
 from webapp.verifiers.models import VerifierVersion
 
@@ -133,7 +133,8 @@ def trajectory_detail_page(request: HttpRequest, slug: str, trajectory_id: int) 
     filter_query = _filter_query(flt)
     context = {
         "project": project, "t": trajectory, "task": task,
-        "timeline": turn_timeline(trajectory.turns, task.tools if task else None),
+        "timeline": turn_timeline(trajectory.turns, task.tools if task else None,
+                                  prompt_turns(trajectory.turns, task.messages if task else None)),
         "trace": verifier_trace(trajectory), "rescores": rescore_results_of(trajectory),
         "previous": previous, "following": following, "filter_query": filter_query,
         "elsewhere": same_task_elsewhere(trajectory),
