@@ -17,6 +17,7 @@ from webapp.api.reviews import router as reviews_router
 from webapp.api.runs import router as runs_router
 from webapp.api.schemas import ErrorOut, ProjectOut
 from webapp.api.trajectories import router as trajectories_router
+from webapp.api.verifiers import router as verifiers_router
 from webapp.projects.access import get_project_or_404, role_in
 from webapp.projects.selectors import project_list_for_user
 
@@ -30,6 +31,7 @@ api.add_router("/", checkpoints_router)
 api.add_router("/", jobs_router)
 api.add_router("/", reviews_router)
 api.add_router("/", failures_router)
+api.add_router("/", verifiers_router)
 
 
 @api.get("/projects", response=list[ProjectOut], tags=["projects"])

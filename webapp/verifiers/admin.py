@@ -3,7 +3,7 @@
 from django.contrib import admin
 
 from webapp.projects.admin import ViewOnlyAdmin, ViewOnlyTabularInline
-from webapp.verifiers.models import Verifier, VerifierVersion
+from webapp.verifiers.models import Verifier, VerifierCheck, VerifierVersion
 
 
 class VerifierVersionInline(ViewOnlyTabularInline):
@@ -16,3 +16,11 @@ class VerifierAdmin(ViewOnlyAdmin):
     list_display = ["name", "kind", "project", "created_at"]
     list_select_related = ["project"]
     inlines = [VerifierVersionInline]
+
+
+@admin.register(VerifierCheck)
+class VerifierCheckAdmin(ViewOnlyAdmin):
+    """Sanity checks are made and judged on the verifier pages (webapp.verifiers.checks)."""
+
+    list_display = ["id", "version", "size", "labelled", "agreed", "threshold", "created_by", "created_at"]
+    list_select_related = ["version__verifier", "created_by"]

@@ -26,6 +26,7 @@ from webapp.projects.models import Project, Role
 from webapp.runs.models import Checkpoint, MetricPoint, ModelSpec, Run, RunKind
 from webapp.runs.services.run_config import run_config_problems, run_create
 from webapp.verifiers.models import VerifierVersion
+from webapp.verifiers.selectors import flagged_versions
 
 # run_config_problems names linked rows by their API field; the form's inputs are named so.
 LINK_INPUTS = {"verifier": "verifier_version", "model": "model_spec", "parent_checkpoint_id": "parent_checkpoint"}
@@ -45,6 +46,7 @@ def _choices(project: Project) -> dict:
         "datasets": datasets,
         "verifier_versions": VerifierVersion.objects.filter(verifier__project=project)
         .select_related("verifier").order_by("verifier__name", "-version")[:200],
+        "flagged_versions": flagged_versions(project),  # latest sanity check under its agreement threshold
         "models": ModelSpec.objects.filter(project=project).order_by("name"),
         "checkpoints": Checkpoint.objects.filter(run__project=project).select_related("run")
         .order_by("-created_at", "-id")[:200],
