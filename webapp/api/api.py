@@ -14,6 +14,7 @@ from webapp.api.experiments import router as experiments_router
 from webapp.api.failures import router as failures_router
 from webapp.api.jobs import router as jobs_router
 from webapp.api.reviews import router as reviews_router
+from webapp.api.run_import import router as run_import_router
 from webapp.api.runs import router as runs_router
 from webapp.api.schemas import ErrorOut, ProjectOut
 from webapp.api.trajectories import router as trajectories_router
@@ -26,6 +27,7 @@ logger = logging.getLogger("webapp.api")
 api = NinjaAPI(title="Crucible API", version="1", auth=API_AUTH, urls_namespace="api")
 api.add_router("/", trajectories_router)
 api.add_router("/", experiments_router)
+api.add_router("/", run_import_router)  # before runs_router: /runs/import is not a run id
 api.add_router("/", runs_router)
 api.add_router("/", checkpoints_router)
 api.add_router("/", jobs_router)

@@ -81,13 +81,31 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    import_key = models.CharField(
+        max_length=64, blank=True, default="",
+        help_text="Set on runs imported from a run folder trained elsewhere: the folder's identity "
+                  "(sha256 of its first event line), so importing it again finds this run.",
+    )
+    import_info = models.JSONField(
+        default=dict, blank=True,
+        help_text="What the import found: source, config problems, the run's error and last log lines.",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["project", "-created_at"])]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "import_key"], condition=~models.Q(import_key=""),
+                                    name="uniq_run_import_key"),
+        ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_imported(self) -> bool:
+        """Trained elsewhere and imported from its run folder (manage.py import_run or the upload page)."""
+        return bool(self.import_key)
 
     @property
     def folder_name(self) -> str:

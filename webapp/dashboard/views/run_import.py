@@ -1,0 +1,76 @@
+"""Import a run: upload a zip of a `python -m training run` folder and read the import's report.
+
+Editors only. The upload's size is bounded before it is read (the request's Content-Length,
+then an upload handler that stops counting bytes past the limit); the zip is extracted
+safely into a temporary folder under the data directory by the same service that
+`manage.py import_run` and the API use (webapp/runs/services/run_import.py).
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
+
+from webapp.dashboard.views.common import breadcrumbs_for
+from webapp.projects.access import get_project_or_404
+from webapp.projects.models import Project, Role
+from webapp.runs.services import run_import as service
+from webapp.runs.services.run_import import (
+    NAME_LIMIT,
+    RunImportError,
+    UploadLimitHandler,
+    declared_too_large,
+    run_import_zip,
+    too_large_message,
+)
+
+
+def _render(request: HttpRequest, project: Project, *, errors: dict | None = None, report=None, name: str = "",
+            status: int = 200) -> HttpResponse:
+    context = {
+        "project": project, "errors": errors or {}, "report": report, "name": name,
+        "limit_mb": round(service.MAX_UPLOAD_BYTES / 1024 ** 2),
+        "run_url": reverse("dashboard:run_detail", args=[project.slug, report.run_id]) if report else "",
+        "breadcrumbs": breadcrumbs_for(project, ("Runs", reverse("dashboard:run_list", args=[project.slug])),
+                                       ("Import a run", None)),
+    }
+    return render(request, "dashboard/runs/import.html", context, status=status)
+
+
+@login_required
+@csrf_exempt  # checked by _import_post once the upload handler is in place (Django's documented pattern)
+def run_import_page(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_project_or_404(request.user, slug, Role.EDITOR)
+    if request.method != "POST":
+        return _render(request, project)
+    if declared_too_large(request):
+        return _render(request, project, errors={"archive": too_large_message()}, status=413)
+    limiter = UploadLimitHandler(request)
+    request.upload_handlers.insert(0, limiter)
+    return _import_post(request, project, limiter)
+
+
+@csrf_protect
+def _import_post(request: HttpRequest, project: Project, limiter: UploadLimitHandler) -> HttpResponse:
+    name = request.POST.get("name", "").strip()
+    upload = request.FILES.get("archive")
+    errors = {}
+    if limiter.exceeded:
+        errors["archive"] = too_large_message()
+    elif upload is None:
+        errors["archive"] = "Choose a .zip of the run folder to upload."
+    if len(name) > NAME_LIMIT or "\x00" in name:
+        errors["name"] = f"At most {NAME_LIMIT} characters, without NUL."
+    if errors:
+        return _render(request, project, errors=errors, name=name[:NAME_LIMIT], status=413 if limiter.exceeded else 400)
+    try:
+        report = run_import_zip(project=project, archive=upload, actor=request.user, name=name or None,
+                                archive_name=upload.name or "upload.zip")
+    except RunImportError as exc:
+        return _render(request, project, errors={"archive": str(exc)}, name=name, status=400)
+    finally:
+        upload.close()
+    return _render(request, project, report=report, name=name)
