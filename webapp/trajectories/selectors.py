@@ -243,7 +243,8 @@ def review_states(trajectory_ids: list[int]) -> dict[int, dict[str, int]]:
 
 def trajectory_for_inspector(project: Project, trajectory_id: int) -> Trajectory | None:
     return (Trajectory.objects.filter(project=project, pk=trajectory_id)
-            .select_related("run", "checkpoint", "task__dataset", "verifier_version__verifier").first())
+            .select_related("run__parent_checkpoint", "checkpoint", "task__dataset", "verifier_version__verifier")
+            .first())
 
 
 def trajectory_neighbours(project: Project, flt: TrajectoryFilter, trajectory_id: int) -> tuple[int | None, int | None]:
