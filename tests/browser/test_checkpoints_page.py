@@ -154,7 +154,7 @@ def test_older_moves_load_in_place(page, live_server, project_team, checkpoints)
     rows = page.locator("#alias-production tr.move")
     assert rows.count() == 5
     page.click("#alias-production >> text=Older moves")
-    page.wait_for_function("document.querySelectorAll('#alias-production tr.move').length === 7")
+    page.wait_for_function("() => document.querySelectorAll('#alias-production tr.move').length === 7")
     assert "SFT fixes the format" in page.locator("#alias-production").inner_text()
     assert page.locator("#alias-production tr.more").count() == 0
     assert page.url.endswith("/checkpoints/")  # loaded in place, not followed

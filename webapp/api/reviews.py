@@ -446,7 +446,7 @@ def update_review(request, review_id: RowId, body: ReviewPatchIn):
 
 @router.get("/projects/{slug}/reviews/export", response={200: None, 404: ErrorOut, 422: FieldErrorsOut},
             summary="Download the labels as JSONL or CSV",
-            openapi_extra={"responses": {"200": {"description": "The labels, streamed as a file download.",
+            openapi_extra={"responses": {200: {"description": "The labels, streamed as a file download.",
                                                  "content": {"application/x-ndjson": {}, "text/csv": {}}}}})
 def export_reviews(request, slug: str, format: Text(8) = "jsonl", queue: RowId | None = None):  # noqa: A002
     """Every label of the project (or of one queue), oldest first: trajectory id, task, run, step,
