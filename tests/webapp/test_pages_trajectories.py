@@ -218,3 +218,28 @@ def test_the_task_prompt_is_shown_first_when_the_turns_start_with_the_answer(cli
     full = Trajectory.objects.filter(run=hostile_run, sample_index=2, task_key="task-1").first()
     body = client.get(f"/p/{project_team['project'].slug}/trajectories/{full.pk}/").content.decode()
     assert "(the task's prompt)" not in body, "turns that hold the prompt are shown as stored"
+
+
+def test_failures_become_a_new_dataset_and_nothing_is_kept_when_none_is_usable(client, project_team, hostile_run):
+    slug = project_team["project"].slug
+    client.force_login(project_team["editor"])
+    form = {"all_matching": "1", "filter": f"run={hostile_run.pk}&passed=no&step=1", "new_dataset": "regressions",
+            "split": "held_out"}
+    response = client.post(f"/p/{slug}/trajectories/to-dataset/", form, follow=True)
+    made = TaskDataset.objects.filter(project=project_team["project"], name="regressions").order_by("-version")
+    assert [d.version for d in made] == [2, 1] and made[0].tasks.count() == 4, "one task per failing task"
+    assert "regressions v2: 4 new task(s)" in response.content.decode()
+    again = client.post(f"/p/{slug}/trajectories/to-dataset/", form, follow=True).content.decode()
+    assert "exists already" in again
+    Trajectory.objects.filter(run=hostile_run).update(task=None, task_snapshot=None)
+    client.post(f"/p/{slug}/trajectories/to-dataset/", {**form, "new_dataset": "nothing usable"})
+    assert not TaskDataset.objects.filter(name="nothing usable").exists()
+
+
+def test_a_single_sample_is_not_called_a_group_that_teaches(client, project_team):
+    run = make_pipeline_run(project_team["project"], project_team["owner"], kind="eval", split="held_out", steps=1)
+    Trajectory.objects.filter(run=run).exclude(sample_index=0).delete()
+    one = Trajectory.objects.filter(run=run).first()
+    client.force_login(project_team["viewer"])
+    body = client.get(f"/p/{project_team['project'].slug}/trajectories/{one.pk}/group/").content.decode()
+    assert "a single sample" in body and "this group teaches" not in body

@@ -38,7 +38,7 @@ from webapp.trajectories.selectors import (
     trajectory_neighbours,
     trajectory_page,
 )
-from webapp.trajectories.services.evals import tasks_from_trajectories
+from webapp.trajectories.services.evals import tasks_from_trajectories, tasks_into_new_dataset
 from webapp.trajectories.services.rescore import trajectory_reverify
 from webapp.trajectories.services.verification import env_task_of
 from webapp.trajectories.timeline import pretty_json, prompt_turns, trajectory_diff, turn_timeline
@@ -217,9 +217,10 @@ def trajectory_to_dataset_view(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_project_or_404(request.user, slug, Role.EDITOR)
     back = request.POST.get("back", "")
     back = back if back.startswith(f"/p/{slug}/trajectories/") else reverse("dashboard:trajectory_list", args=[slug])
+    new_name = request.POST.get("new_dataset", "").strip()
     dataset = TaskDataset.objects.filter(project=project, pk=_int(request.POST.get("dataset"))).first()
-    if dataset is None:
-        messages.error(request, "Choose the dataset that gets the new version.")
+    if dataset is None and not new_name:
+        messages.error(request, "Choose the dataset that gets the new version, or name a new dataset.")
         return redirect(back)
     try:
         rows = _chosen_trajectories(project, request.POST)
@@ -229,9 +230,13 @@ def trajectory_to_dataset_view(request: HttpRequest, slug: str) -> HttpResponse:
     if not rows:
         messages.error(request, "Tick the trajectories to add first (or choose “all matching this filter”).")
         return redirect(back)
+    split = request.POST.get("split", "held_out")
     try:
-        report = tasks_from_trajectories(trajectories=rows, dataset=dataset, split=request.POST.get("split", "held_out"),
-                                         actor=request.user)
+        if new_name:
+            report = tasks_into_new_dataset(project=project, name=new_name, trajectories=rows, split=split,
+                                            actor=request.user)
+        else:
+            report = tasks_from_trajectories(trajectories=rows, dataset=dataset, split=split, actor=request.user)
     except ValueError as exc:
         messages.error(request, str(exc))
         return redirect(back)

@@ -9,7 +9,7 @@ from django.db import transaction
 from environments.parsing import parse_tool_calls
 from environments.types import Task as EnvTask
 from webapp.datasets.models import Source, Split, Task, TaskDataset
-from webapp.datasets.services import dataset_new_version, task_content_hash
+from webapp.datasets.services import dataset_create, dataset_new_version, task_content_hash
 from webapp.trajectories.models import Trajectory
 from webapp.trajectories.services.verification import env_task_of
 
@@ -72,4 +72,27 @@ def tasks_from_trajectories(
     ]
     report.dataset = dataset_new_version(dataset=dataset, add=rows, actor=actor)
     report.created = len(rows)
+    return report
+
+
+class NewDatasetError(ValueError):
+    """A name that cannot become a new dataset; the message says what to do instead."""
+
+
+@transaction.atomic
+def tasks_into_new_dataset(
+    *, project, name: str, trajectories: list[Trajectory], split: str, actor
+) -> EvalsReport:
+    """A new dataset made of these trajectories' tasks (version 1 is created empty, version 2 holds
+    the tasks, so its lineage says they came from trajectories); nothing is kept when none is usable."""
+    name = name.strip()
+    if not name or len(name) > 200 or "\x00" in name:
+        raise NewDatasetError("Name the new dataset (1 to 200 characters).")
+    if TaskDataset.objects.filter(project=project, name=name).exists():
+        raise NewDatasetError(f"A dataset named {name!r} exists already: choose it in the list to add a version.")
+    empty = dataset_create(project=project, name=name, tasks=[], actor=actor,
+                           description="Tasks turned from trajectories (failures into evals).")
+    report = tasks_from_trajectories(trajectories=trajectories, dataset=empty, split=split, actor=actor)
+    if report.dataset is None:
+        transaction.set_rollback(True)
     return report
