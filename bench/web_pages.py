@@ -504,6 +504,7 @@ def pages_to_measure(client, project, requests: int) -> list[Result]:
         *failure_pages(slug, long_run),
     ]
     plan += trajectory_plan(project, long_run)
+    plan += dataset_plan(project)
     return [measure(client, label, path, requests, **options) for label, path, options in plan]
 
 
@@ -583,6 +584,55 @@ def failure_pages(slug: str, run) -> list[tuple[str, str, dict]]:
         (f"failures page ({trajectories:,}-trajectory run)", f"/p/{slug}/failures/?run={run.pk}&{compare}", {}),
         ("failures API, run per step", f"/api/runs/{run.pk}/failures", {}),
         ("failures API, two evaluations", f"/api/projects/{slug}/failures/compare?{compare}", {}),
+    ]
+
+
+DATASET_TASKS = 1_000_000  # the task browser's version (1,000 when the fill is smaller than FULL's runs)
+DATASET_NAME = "bench tasks"
+
+
+def dataset_plan(project) -> list[tuple[str, str, dict]]:
+    """The datasets pages (issue 26) over a version of DATASET_TASKS json_tool_call tasks: the datasets
+    page, the task browser's first page, a page 999,000 tasks in (a cursor), a split filter, text
+    searches (one request's ticket number, a common word), a task, and the tasks API. The version is
+    COPYed in (bench/datasets_io.py's fill) the first time, and kept for --keep."""
+    import importlib.util
+    from urllib.parse import quote
+
+    from webapp.api.pagination import encode_cursor
+    from webapp.datasets.models import Task, TaskDataset
+    from webapp.datasets.selectors import TASK_ORDERING
+    from webapp.runs.models import Run
+
+    size = DATASET_TASKS if Run.objects.filter(project=project).count() >= FULL.runs else 1_000
+    dataset = TaskDataset.objects.filter(project=project, name=DATASET_NAME).first()
+    if dataset is None or (dataset.stats or {}).get("tasks") != size:
+        spec = importlib.util.spec_from_file_location("datasets_io_bench", Path(__file__).with_name("datasets_io.py"))
+        datasets_io = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(datasets_io)
+        if dataset is not None:
+            dataset.delete()
+        dataset = TaskDataset.objects.create(project=project, name=DATASET_NAME, environment="json_tool_call",
+                                             description="Filled by bench/web_pages.py.")
+        print(f"filling {size:,} dataset tasks with COPY", flush=True)
+        seconds = datasets_io.fill_tasks(dataset, size, lambda message: print(message, flush=True))
+        print(f"filled {size:,} tasks in {seconds:.0f} s", flush=True)
+    slug, pk = project.slug, dataset.pk
+    depth = max(0, min(size - 100, 999_000))
+    deep = Task.objects.filter(dataset=dataset).order_by("id").only("id")[depth]
+    cursor = quote(encode_cursor([*TASK_ORDERING], deep))
+    task = Task.objects.filter(dataset=dataset).order_by("id").only("id")[size // 2]
+    ticket = f"ticket {size * 3 // 4}"
+    return [
+        ("datasets page", f"/p/{slug}/datasets/", {}),
+        (f"task browser, page 1 ({size:,} tasks)", f"/p/{slug}/datasets/{pk}/", {}),
+        (f"task browser, {depth:,} tasks in (cursor)", f"/p/{slug}/datasets/{pk}/?after={cursor}", {}),
+        ("task browser, split held_out", f"/p/{slug}/datasets/{pk}/?split=held_out", {}),
+        (f"task browser, text '{ticket}'", f"/p/{slug}/datasets/{pk}/?text={quote(ticket)}", {}),
+        ("task browser, text 'meeting'", f"/p/{slug}/datasets/{pk}/?text=meeting", {}),
+        ("task page", f"/p/{slug}/datasets/{pk}/tasks/{task.pk}/", {}),
+        ("tasks API, page 1", f"/api/datasets/{pk}/tasks", {}),
+        (f"tasks API, text '{ticket}'", f"/api/datasets/{pk}/tasks?text={quote(ticket)}", {}),
     ]
 
 

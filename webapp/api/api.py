@@ -33,6 +33,7 @@ api.add_router("/", checkpoints_router)
 api.add_router("/", jobs_router)
 api.add_router("/", reviews_router)
 api.add_router("/", failures_router)
+api.add_router("/", "webapp.api.datasets.router")
 api.add_router("/", verifiers_router)
 
 

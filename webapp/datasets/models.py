@@ -21,6 +21,35 @@ class Source(models.TextChoices):
     IMPORTED = "imported", "Imported"
 
 
+class Lineage(models.TextChoices):
+    """How a dataset version was made (shown as its lineage on the datasets page)."""
+
+    IMPORT = "import", "Import"
+    GENERATION = "generation", "Generation"
+    TRAJECTORIES = "trajectories", "From trajectories"
+    EDIT = "edit", "Edit"
+
+
+SEARCH_TEXT_LIMIT = 50_000  # characters of a task's messages kept for the text search
+
+
+def search_text_of(messages) -> str:
+    """The text of a task's messages, lower-cased, for the task browser's text search.
+
+    Only the words people read (each message's content, text parts of list contents), not the
+    JSON around them, so a search for "content" or "role" does not match every task.
+    """
+    parts: list[str] = []
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(p if isinstance(p, str) else p.get("text", "") for p in content
+                         if isinstance(p, str) or (isinstance(p, dict) and isinstance(p.get("text"), str)))
+    return "\n".join(parts).lower()[:SEARCH_TEXT_LIMIT]
+
+
 class TaskDataset(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="datasets")
     name = models.CharField(max_length=200)
@@ -31,6 +60,13 @@ class TaskDataset(models.Model):
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    lineage = models.CharField(max_length=16, choices=Lineage.choices, blank=True,
+                               help_text="How this version was made from its parent (or from nothing).")
+    lineage_detail = models.JSONField(default=dict, blank=True,
+                                      help_text="The particulars: file and format, generator and seed, split move.")
+    stats = models.JSONField(default=dict, blank=True,
+                             help_text="Task counts (in all, by split, category, source), computed once: a version "
+                                       "never changes.")
 
     class Meta:
         ordering = ["name", "-version"]
@@ -51,6 +87,8 @@ class Task(models.Model):
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.HUMAN)
     metadata = models.JSONField(default=dict, blank=True)
     content_hash = models.CharField(max_length=64)
+    search_text = models.TextField(blank=True, default="", editable=False,
+                                   help_text="The messages' text, lower-cased (the task browser's text search).")
     origin_trajectory = models.ForeignKey(
         "trajectories.Trajectory", null=True, blank=True, on_delete=models.SET_NULL, related_name="derived_tasks",
         help_text="The trajectory this task was made from (turning failures into evals).",
@@ -60,7 +98,15 @@ class Task(models.Model):
     class Meta:
         ordering = ["id"]
         constraints = [models.UniqueConstraint(fields=["dataset", "content_hash"], name="uniq_task_content")]
-        indexes = [models.Index(fields=["dataset", "split"]), models.Index(fields=["dataset", "external_id"])]
+        # The task browser reads one version in id order under a filter: each index ends in id so
+        # the keyset page is a range scan. The text search has a trigram index on PostgreSQL
+        # (migration 0003; SQLite scans).
+        indexes = [
+            models.Index(fields=["dataset", "id"], name="task_dataset_id"),
+            models.Index(fields=["dataset", "split", "id"], name="task_dataset_split_id"),
+            models.Index(fields=["dataset", "category", "id"], name="task_dataset_category_id"),
+            models.Index(fields=["dataset", "external_id"]),
+        ]
 
     def __str__(self) -> str:
         return self.external_id

@@ -1,0 +1,395 @@
+"""API for datasets: versions with their counts, the task browser's keyset pages, one task, import
+with the validation report (and a dry run), streamed export, split moves and synthetic generation.
+
+The same selectors and services as the datasets pages and `manage.py import_tasks`. Viewers read
+and export; editors import, generate and move splits; non-members get 404 on everything. Field
+errors answer 422 as {"detail", "errors": {field: message}}.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from django.http import StreamingHttpResponse
+from django.utils.http import content_disposition_header
+from ninja import Field, File, Form, Query, Router, Schema
+from ninja.files import UploadedFile
+from ninja.responses import Status
+
+from webapp.api.bounds import RowId, Text
+from webapp.api.pagination import MAX_PAGE, CursorError
+from webapp.api.runs import FieldErrorsOut
+from webapp.api.schemas import ErrorOut
+from webapp.datasets.exports import EXPORT_FORMATS, export_filename, export_lines
+from webapp.datasets.generation import (
+    PREVIEW_SIZE,
+    GenerationError,
+    default_roles,
+    generate,
+    generation_create,
+    generation_spec,
+)
+from webapp.datasets.imports import (
+    ImportFileError,
+    ImportReport,
+    import_check,
+    import_create,
+    import_target,
+    upload_discard,
+    upload_store,
+)
+from webapp.datasets.models import TaskDataset
+from webapp.datasets.selectors import (
+    FilterError,
+    TaskFilter,
+    dataset_version,
+    provenance_of,
+    task_of,
+    task_page,
+    trajectories_of_task,
+    version_page,
+)
+from webapp.datasets.services import ensure_stats, new_dataset_name_problem
+from webapp.datasets.splits import SplitMoveError, dataset_split_move
+from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
+from webapp.projects.models import Role
+
+router = Router(tags=["datasets"])
+
+
+# ---------------------------------------------------------------------------------------
+# Schemas
+# ---------------------------------------------------------------------------------------
+
+
+class DatasetStatsOut(Schema):
+    tasks: int = 0
+    split: dict[str, int] = {}
+    category: dict[str, int] = {}
+    source: dict[str, int] = {}
+
+
+class DatasetVersionOut(Schema):
+    id: int
+    name: str
+    version: int
+    environment: str
+    description: str
+    content_hash: str
+    parent_id: int | None
+    parent_version: int | None
+    lineage: str = Field(description="How the version was made: import, generation, trajectories, edit "
+                                     "(empty when not recorded).")
+    lineage_detail: dict = Field(description="File and format of an import, generator spec, split move.")
+    stats: DatasetStatsOut
+    created_by: str | None
+    created_at: datetime
+
+
+class DatasetVersionPageOut(Schema):
+    items: list[DatasetVersionOut]
+    next: str | None = Field(description="Pass as `after` for the next page; null on the last page.")
+
+
+class TaskRowOut(Schema):
+    id: int
+    external_id: str
+    category: str
+    split: str
+    source: str
+    messages: list
+    ground_truth: list | dict | str | int | float | bool | None
+    origin_trajectory_id: int | None
+    created_at: datetime
+
+
+class TaskPageOut(Schema):
+    items: list[TaskRowOut]
+    next: str | None = Field(description="Pass as `after` for the next page; null on the last page.")
+
+
+class TaskDetailOut(TaskRowOut):
+    dataset_id: int
+    tools: list
+    metadata: dict
+    content_hash: str
+    provenance: dict = Field(description="Where the task came from: file and line, generator template and seed, "
+                                         "source trajectory.")
+    trajectories: list[int] = Field(description="Ids of the newest trajectories that ran it (at most 20).")
+
+
+class ImportReportOut(Schema):
+    filename: str
+    size: int
+    format: str = Field(description="crucible or nemo_gym (found from the rows unless chosen).")
+    lines: int
+    accepted: int
+    rejected_count: int
+    duplicate_count: int
+    rejected: list[dict] = Field(description="{line, reason} of the first 500 rejected rows.")
+    duplicates: list[dict] = Field(description="{line, reason} of the first 500 duplicates skipped.")
+    splits: dict[str, int]
+    categories: dict[str, int]
+    environment: str
+    target: str
+    parent_id: int | None
+    parent_version: int | None
+    parent_tasks: int
+    dataset_id: int | None
+    version: int | None
+    seconds: float
+
+
+class ImportForm(Schema):
+    name: Text(200) = Field("", description="A new dataset of this name ...")
+    dataset: RowId | None = Field(None, description="... or the id of a version: the new version is it plus the "
+                                                    "file's new tasks.")
+    format: Text(16) = Field("auto", description="auto (found from the rows), crucible or nemo_gym.")
+    split: Text(16) = Field("train", description="Split of rows that name none (NeMo Gym rows never do).")
+    description: Text(10_000) = ""
+    dry_run: bool = Field(False, description="Only the report: nothing is written.")
+
+
+class ImportOut(Schema):
+    dry_run: bool
+    report: ImportReportOut
+    dataset: DatasetVersionOut | None = None
+
+
+class SplitMoveIn(Schema):
+    to_split: Text(16) = Field(description="train, validation or held_out.")
+    split: Text(16) = Field("", description="Filter: tasks now in this split.")
+    category: Text(64) = ""
+    source: Text(16) = ""
+    text: Text(200) = Field("", description="Filter: text in the messages.")
+
+
+class SplitMoveOut(Schema):
+    moved: int
+    dataset: DatasetVersionOut
+
+
+class GenerateIn(Schema):
+    environment: Text(32) = "workplace"
+    n: Annotated[int, Field(ge=1, le=5_000)] = 50
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    train_templates: list[Text(100)] | None = Field(None, description="Omitted: the generator's training templates.")
+    held_out_templates: list[Text(100)] | None = Field(None, description="Omitted: the generator's held-out "
+                                                                         "templates.")
+    name: Text(200) = Field("", description="A new dataset of this name ...")
+    dataset: RowId | None = Field(None, description="... or the id of a version: the new version is it plus the "
+                                                    "generated tasks it does not hold.")
+    description: Text(10_000) = ""
+    dry_run: bool = Field(False, description="Only the report and a preview of ten tasks.")
+
+
+class GenerateOut(Schema):
+    dry_run: bool
+    report: dict = Field(description="The generator's validation: attempts, accepted, ground-truth refusals "
+                                     "(with examples), duplicates, tasks per template and split.")
+    preview: list[dict] = Field(description="The first ten tasks (dry run).")
+    dataset: DatasetVersionOut | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------
+
+
+def _field_errors(errors: dict[str, str], status: int = 422) -> Status:
+    detail = "; ".join(f"{name}: {message}" for name, message in errors.items())
+    return Status(status, FieldErrorsOut(detail=detail, errors=errors))
+
+
+def _version_out(d: TaskDataset) -> dict:
+    return {
+        "id": d.pk, "name": d.name, "version": d.version, "environment": d.environment,
+        "description": d.description, "content_hash": d.content_hash, "parent_id": d.parent_id,
+        "parent_version": d.parent.version if d.parent_id and d.parent else None, "lineage": d.lineage,
+        "lineage_detail": d.lineage_detail or {}, "stats": ensure_stats(d),
+        "created_by": d.created_by.get_username() if d.created_by_id and d.created_by else None,
+        "created_at": d.created_at,
+    }
+
+
+def _dataset_for(request, dataset_id: int, minimum: str = Role.VIEWER) -> TaskDataset:
+    dataset = get_object_or_404_for_user(TaskDataset.objects.all(), request.user, minimum, pk=dataset_id)
+    return dataset_version(dataset.project, dataset.pk)
+
+
+# ---------------------------------------------------------------------------------------
+# Reads
+# ---------------------------------------------------------------------------------------
+
+
+class VersionQuery(Schema):
+    name: Text(200) | None = Field(None, description="Only the versions of this dataset.")
+    after: Text(2000) | None = Field(None, description="The `next` cursor of the previous page.")
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 100
+
+
+@router.get("/projects/{slug}/datasets", response={200: DatasetVersionPageOut, 400: FieldErrorsOut, 404: ErrorOut},
+            summary="List dataset versions")
+def list_datasets(request, slug: str, query: Query[VersionQuery]):
+    """Every dataset version of the project by name, newest version first: content hash, parent, lineage,
+    counts by split, category and source; keyset pages (`after`)."""
+    project = get_project_or_404(request.user, slug)
+    try:
+        page = version_page(project, after=query.after, limit=query.limit, name=query.name or "")
+    except CursorError as exc:
+        return _field_errors({"after": str(exc)}, 400)
+    return {"items": [_version_out(d) for d in page.items], "next": page.next_cursor}
+
+
+@router.get("/datasets/{dataset_id}", response={200: DatasetVersionOut, 404: ErrorOut}, summary="One dataset version")
+def get_dataset(request, dataset_id: RowId):
+    """A version with its counts and lineage."""
+    return _version_out(_dataset_for(request, dataset_id))
+
+
+class TaskQuery(Schema):
+    split: Text(32) | None = Field(None, description="train, validation or held_out.")
+    category: Text(64) | None = Field(None, description="Exactly this category.")
+    source: Text(16) | None = Field(None, description="synthetic, human, production or imported.")
+    text: Text(200) | None = Field(None, description="Text in the messages (case-insensitive).")
+    after: Text(2000) | None = Field(None, description="The `next` cursor of the previous page.")
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 100
+
+
+@router.get("/datasets/{dataset_id}/tasks",
+            response={200: TaskPageOut, 400: FieldErrorsOut, 404: ErrorOut, 422: FieldErrorsOut},
+            summary="List a version's tasks")
+def list_tasks(request, dataset_id: RowId, query: Query[TaskQuery]):
+    """The version's tasks in file order, filtered like the task browser (split, category, source, text in
+    the messages); keyset pages (`after`)."""
+    dataset = _dataset_for(request, dataset_id)
+    try:
+        flt = TaskFilter.from_query(query.dict(exclude={"after", "limit"}, exclude_none=True))
+    except FilterError as exc:
+        return _field_errors(exc.errors)
+    try:
+        page = task_page(dataset, flt, after=query.after, limit=query.limit)
+    except CursorError as exc:
+        return _field_errors({"after": str(exc)}, 400)
+    return {"items": page.items, "next": page.next_cursor}
+
+
+@router.get("/datasets/{dataset_id}/tasks/{task_id}", response={200: TaskDetailOut, 404: ErrorOut},
+            summary="One task")
+def get_task(request, dataset_id: RowId, task_id: RowId):
+    """A task with its tools, ground truth, metadata, provenance and the trajectories that ran it."""
+    dataset = _dataset_for(request, dataset_id)
+    task = task_of(dataset, task_id)
+    if task is None:
+        return Status(404, ErrorOut(detail="No such task in this dataset version."))
+    return {**{name: getattr(task, name) for name in TaskRowOut.model_fields}, "dataset_id": dataset.pk,
+            "tools": task.tools, "metadata": task.metadata, "content_hash": task.content_hash,
+            "provenance": provenance_of(task), "trajectories": [t.pk for t in trajectories_of_task(task).rows]}
+
+
+@router.get("/datasets/{dataset_id}/export", response={200: None, 404: ErrorOut, 422: FieldErrorsOut},
+            summary="Export a version as JSONL (streamed)",
+            openapi_extra={"responses": {200: {"description": "One task per line, streamed as a file download.",
+                                                 "content": {"application/x-ndjson": {}}}}})
+def export_dataset(request, dataset_id: RowId, format: Text(16) = "crucible"):  # noqa: A002
+    """Crucible JSONL ({"task", "trajectory": null, "result": null} per line) or NeMo Gym JSONL (task rows;
+    a NeMo Gym import exports back as the rows imported). Streamed: any size, bounded memory."""
+    dataset = _dataset_for(request, dataset_id)
+    if format not in EXPORT_FORMATS:
+        return _field_errors({"format": f"Unknown format {format[:40]!r}; use crucible or nemo_gym."})
+    response = StreamingHttpResponse(export_lines(dataset, format), content_type="application/x-ndjson; charset=utf-8")
+    response["Content-Disposition"] = content_disposition_header(True, export_filename(dataset, format))
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+# ---------------------------------------------------------------------------------------
+# Writes
+# ---------------------------------------------------------------------------------------
+
+
+@router.post("/projects/{slug}/datasets/import",
+             response={200: ImportOut, 201: ImportOut, 404: ErrorOut, 422: FieldErrorsOut},
+             summary="Import a Crucible or NeMo Gym JSONL file")
+def import_dataset(request, slug: str, file: File[UploadedFile], form: Form[ImportForm]):
+    """Multipart upload (`file`). The validation report comes first: rows accepted, rejected with line and
+    reason, duplicates skipped by content hash (within the file and against `dataset`), split counts.
+    `dry_run`: the report only (200), nothing written. Otherwise the new version is written in one
+    transaction (201): a new dataset `name`, or `dataset`'s next version (its tasks plus the file's).
+    A file that is too large, not UTF-8 or not JSONL is a 422 on `file`."""
+    project = get_project_or_404(request.user, slug, Role.EDITOR)
+    dry_run = form.dry_run
+    try:
+        target = import_target(project=project, name=form.name, parent_id=form.dataset, format=form.format,
+                               default_split=form.split, description=form.description)
+        upload = upload_store(file.chunks(), filename=file.name or "upload.jsonl", project=project,
+                              user=request.user, declared_size=file.size)
+    except ImportFileError as exc:
+        return _field_errors({exc.field: str(exc)})
+    try:
+        if dry_run:
+            report = import_check(upload.path, target=target, filename=upload.filename)
+            return Status(200, {"dry_run": True, "report": _report_out(report), "dataset": None})
+        created, report = import_create(upload.path, project=project, target=target, actor=request.user,
+                                        filename=upload.filename)
+    except ImportFileError as exc:
+        return _field_errors({exc.field: str(exc)})
+    finally:
+        upload_discard(upload)
+    return Status(201, {"dry_run": False, "report": _report_out(report),
+                        "dataset": _version_out(dataset_version(project, created.pk))})
+
+
+def _report_out(report: ImportReport) -> dict:
+    return report.to_dict()
+
+
+@router.post("/datasets/{dataset_id}/split", response={201: SplitMoveOut, 404: ErrorOut, 422: FieldErrorsOut},
+             summary="Move tasks to another split (a new version)")
+def move_split(request, dataset_id: RowId, body: SplitMoveIn):
+    """The tasks the filter matches go to `to_split` in a new version; the version itself is unchanged."""
+    dataset = _dataset_for(request, dataset_id, Role.EDITOR)
+    try:
+        flt = TaskFilter.from_query(body.dict(exclude={"to_split"}))
+        successor, moved = dataset_split_move(dataset=dataset, flt=flt, to_split=body.to_split, actor=request.user)
+    except FilterError as exc:
+        return _field_errors(exc.errors)
+    except SplitMoveError as exc:
+        return _field_errors({exc.field: str(exc)})
+    return Status(201, {"moved": moved, "dataset": _version_out(dataset_version(dataset.project, successor.pk))})
+
+
+@router.post("/projects/{slug}/datasets/generate",
+             response={200: GenerateOut, 201: GenerateOut, 404: ErrorOut, 422: FieldErrorsOut},
+             summary="Generate synthetic tasks (a new version)")
+def generate_tasks(request, slug: str, body: GenerateIn):
+    """The workplace generator over the chosen templates (held-out ones kept disjoint from the training ones);
+    each task's ground truth is executed before it is accepted. `dry_run`: the report and ten tasks."""
+    project = get_project_or_404(request.user, slug, Role.EDITOR)
+    roles = default_roles()
+    train = body.train_templates if body.train_templates is not None else [t for t, r in roles.items() if r == "train"]
+    held = (body.held_out_templates if body.held_out_templates is not None
+            else [t for t, r in roles.items() if r == "held_out"])
+    try:
+        spec = generation_spec(environment=body.environment, n=body.n, seed=body.seed, train_templates=train,
+                               held_out_templates=held)
+        parent = None
+        if body.dataset is not None:
+            parent = TaskDataset.objects.filter(project=project, pk=body.dataset).first()
+            if parent is None:
+                return _field_errors({"dataset": "No such dataset version in this project."})
+        elif not body.dry_run:
+            problem = new_dataset_name_problem(project, body.name.strip())
+            if problem:
+                return _field_errors({"name": problem})
+        if body.dry_run:
+            tasks, report = generate(spec)
+            return Status(200, {"dry_run": True, "report": report.to_dict(),
+                                "preview": [t.to_dict() for t in tasks[:PREVIEW_SIZE]], "dataset": None})
+        created, report = generation_create(project=project, spec=spec, actor=request.user, name=body.name.strip(),
+                                            parent=parent, description=body.description)
+    except GenerationError as exc:
+        return _field_errors(exc.errors)
+    return Status(201, {"dry_run": False, "report": report.to_dict(), "preview": [],
+                        "dataset": _version_out(dataset_version(project, created.pk))})
