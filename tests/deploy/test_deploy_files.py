@@ -474,7 +474,7 @@ def test_compose_publishes_only_the_proxy_and_web_sits_behind_it():
     assert site["listen"] == ["80"]
     # The proxy passes everything to web's gunicorn, looked up on the compose network.
     assert [value.split()[0] for value in site["server"]] == ["web:8000"]
-    assert site["proxy_pass"] == ["http://crucible_web"]
+    assert set(site["proxy_pass"]) == {"http://crucible_web"}  # `/` and the imports location
     assert site["include"] == [NGINX_SNIPPET]
     # Mounted where the official image reads its site and where the site includes the snippet.
     mounts = {volume.split(":")[1]: volume.split(":")[0] for volume in proxy["volumes"]}
@@ -514,6 +514,9 @@ def test_proxy_site_tells_django_the_scheme_and_reuses_connections_briefly(site)
     assert directives["include"] == [NGINX_SNIPPET]
     assert [value.split()[0] for value in directives["proxy_set_header"]] == ["X-Forwarded-Proto"]
     assert "proxy_pass" in directives
+    # Only the import URLs (datasets, runs: files up to 200 MB) take bodies over the snippet's 3m.
+    assert directives["client_max_body_size"] == ["210m"]
+    assert any("datasets|runs)/import" in line for line in (NGINX / site).read_text().splitlines())
     # nginx stops reusing an idle connection before gunicorn closes it.
     assert nginx_seconds(*directives["keepalive_timeout"]) < int(settings["keepalive"])
 
