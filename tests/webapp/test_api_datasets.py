@@ -115,7 +115,7 @@ def test_import_errors_are_field_errors(client, world, bearer, settings):
     taken = client.post(url, {"file": _upload(_row(1).encode()), "name": "wp"}, **bearer("editor"))
     assert taken.status_code == 422 and "exists already" in taken.json()["errors"]["name"]
     missing = client.post(url, {"name": "x"}, **bearer("editor"))
-    assert missing.status_code == 422 and [k.split(".")[0] for k in missing.json()["errors"]] == ["file"]
+    assert missing.status_code == 422 and list(missing.json()["errors"]) == ["file"]
     settings.CRUCIBLE_IMPORT_MAX_BYTES = 100
     big = client.post(url, {"file": _upload(b"x" * 500), "name": "x"}, **bearer("editor"))
     assert big.status_code == 422 and "limit" in big.json()["errors"]["file"]

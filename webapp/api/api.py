@@ -60,7 +60,7 @@ def permission_denied(request, exc):
 def _field_name(loc: list | tuple) -> str:
     """A pydantic error location as the dotted field a client sent: body.trajectories.0.tokens_in -> trajectories.0.tokens_in."""
     parts = [str(p) for p in loc]
-    if parts and parts[0] in ("body", "query", "path", "form", "header", "cookie"):
+    if parts and parts[0] in ("body", "query", "path", "form", "header", "cookie", "file"):
         source, parts = parts[0], parts[1:]
         if source == "body" and len(parts) > 1:
             parts = parts[1:]  # the view's parameter name (`body`), not a field of the request
