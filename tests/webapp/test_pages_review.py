@@ -468,6 +468,18 @@ def test_reviewed_trajectories_become_a_dataset_version_with_a_report(client, te
     assert 'id="dataset-split-error"' in body
 
 
+def test_reviewed_trajectories_become_a_new_dataset(client, team):
+    item = queue_claim_next(queue=team["queue"], reviewer=team["reviewer"])
+    review_save(item=item, reviewer=team["reviewer"], verdict="disagree")
+    client.force_login(team["editor"])
+    response = client.post(_url(team, "to-dataset/"), {"new_dataset": "regressions", "split": "held_out"})
+    assert response.status_code == 200 and "regressions v2" in _body(response)
+    made = TaskDataset.objects.get(project=team["project"], name="regressions", version=2)
+    assert list(made.tasks.values_list("origin_trajectory_id", flat=True)) == [item.trajectory_id]
+    again = client.post(_url(team, "to-dataset/"), {"new_dataset": "regressions", "split": "held_out"})
+    assert again.status_code == 422 and "exists already" in _body(again).split('id="new-dataset-error">')[1]
+
+
 def test_dpo_button_opens_the_run_form_with_the_pairs_file(client, team):
     pair = _pair_queue(team)
     client.force_login(team["editor"])

@@ -52,6 +52,7 @@ from webapp.trajectories.review_selectors import (
     queue_list,
     queue_progress,
 )
+from webapp.trajectories.services.evals import tasks_into_new_dataset
 from webapp.trajectories.services.review import (
     CORRECTED_OUTPUT_LENGTH,
     NOTE_LENGTH,
@@ -63,6 +64,7 @@ from webapp.trajectories.services.review import (
     queue_release,
     review_save,
     review_undo,
+    reviewed_in_queue,
 )
 from webapp.trajectories.services.verification import env_task_of
 from webapp.trajectories.timeline import TurnView, pretty_json, prompt_turns, turn_timeline
@@ -357,12 +359,16 @@ def review_queue_page(request: HttpRequest, slug: str, queue_id: int) -> HttpRes
 @require_POST
 def review_to_dataset(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
     queue = _queue_for(request, slug, queue_id, Role.EDITOR)
-    form = {"dataset_name": request.POST.get("dataset_name", "").strip(), "split": request.POST.get("split", "")}
+    form = {"dataset_name": request.POST.get("dataset_name", "").strip(), "split": request.POST.get("split", ""),
+            "new_dataset": request.POST.get("new_dataset", "").strip()}
     errors: dict[str, str] = {}
     report = None
-    reason = unstorable_text_reason(form["dataset_name"]) or unstorable_text_reason(form["split"])
+    reason = (unstorable_text_reason(form["dataset_name"]) or unstorable_text_reason(form["split"])
+              or unstorable_text_reason(form["new_dataset"]))
     if reason:
         errors["dataset_name"] = f"The form {reason}."
+    elif form["new_dataset"]:
+        report, errors = _labels_to_new_dataset(request, queue, form)
     else:
         try:
             report = queue_labels_to_dataset(queue=queue, project=queue.project, dataset_name=form["dataset_name"],
@@ -373,6 +379,19 @@ def review_to_dataset(request: HttpRequest, slug: str, queue_id: int) -> HttpRes
                 errors["dataset_name"] = "Choose the dataset that gets a new version with these tasks."
     return _render_queue(request, queue, report=report, dataset_form=form, errors=errors,
                          status=422 if errors else 200)
+
+
+def _labels_to_new_dataset(request: HttpRequest, queue, form: dict) -> tuple:
+    """The queue's reviewed trajectories as the first tasks of a new dataset (failures into evals)."""
+    rows = list(reviewed_in_queue(queue).select_related("task"))
+    if not rows:
+        return None, {"queue": "No reviewed trajectory in this queue yet: label some 'disagree' or add a corrected "
+                               "output first."}
+    try:
+        return tasks_into_new_dataset(project=queue.project, name=form["new_dataset"], trajectories=rows,
+                                      split=form["split"], actor=request.user), {}
+    except ValueError as exc:
+        return None, {"new_dataset": str(exc)}
 
 
 @login_required
