@@ -133,7 +133,7 @@ def lineage_summary(dataset: TaskDataset) -> str:
         if isinstance(move, dict):
             where = ", ".join(f"{k}={v}" for k, v in (move.get("filter") or {}).items()) or "every task"
             return f"moved {move.get('moved')} task(s) ({where}) to {move.get('to')}"
-        return "edited"
+        return str(detail.get("note") or "edited")
     return ""
 
 

@@ -8,7 +8,7 @@ from django.db import transaction
 
 from environments.parsing import parse_tool_calls
 from environments.types import Task as EnvTask
-from webapp.datasets.models import Source, Split, Task, TaskDataset
+from webapp.datasets.models import Lineage, Source, Split, Task, TaskDataset
 from webapp.datasets.services import dataset_create, dataset_new_version, task_content_hash
 from webapp.trajectories.models import Trajectory
 from webapp.trajectories.services.verification import env_task_of
@@ -90,8 +90,9 @@ def tasks_into_new_dataset(
         raise NewDatasetError("Name the new dataset (1 to 200 characters).")
     if TaskDataset.objects.filter(project=project, name=name).exists():
         raise NewDatasetError(f"A dataset named {name!r} exists already: choose it in the list to add a version.")
-    empty = dataset_create(project=project, name=name, tasks=[], actor=actor,
-                           description="Tasks turned from trajectories (failures into evals).")
+    empty = dataset_create(project=project, name=name, tasks=[], actor=actor, source=Source.HUMAN,
+                           description="Tasks turned from trajectories (failures into evals).",
+                           lineage=Lineage.EDIT, lineage_detail={"note": "created empty, to receive trajectories"})
     report = tasks_from_trajectories(trajectories=trajectories, dataset=empty, split=split, actor=actor)
     if report.dataset is None:
         transaction.set_rollback(True)
