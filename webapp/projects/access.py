@@ -16,7 +16,7 @@ from webapp.projects.models import ROLE_RANK, Membership, Project, Role
 
 
 def role_in(user, project: Project) -> str | None:
-    """The user's role in the project, or None when not a member (staff count as owners)."""
+    """The user's role in the project, or None when not a member (superusers count as owners)."""
     if not user.is_authenticated or not user.is_active:
         return None
     if user.is_superuser:
