@@ -26,3 +26,14 @@ def test_runs_jobs_and_aliases_show_up_and_names_are_escaped(client, project_tea
     assert "<strong>production</strong>" in body and "step 4" in body
     assert "New run</a>" not in body, "viewers are not offered to launch"
     assert "Measure a baseline on held-out tasks <span class=\"muted\">(done)</span>" in body
+
+
+def test_editors_get_a_quick_experiment_button_that_opens_the_form_with_tiny_stages(client, project_team):
+    slug = project_team["project"].slug
+    client.force_login(project_team["editor"])
+    body = client.get(f"/p/{slug}/").content.decode()
+    assert f'href="/p/{slug}/experiments/new/?preset=quick"' in body
+    form = client.get(f"/p/{slug}/experiments/new/?preset=quick").content.decode()
+    assert 'id="exp-quick" checked' in form
+    client.force_login(project_team["viewer"])
+    assert 'id="quick-experiment"' not in client.get(f"/p/{slug}/").content.decode()
