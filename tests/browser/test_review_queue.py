@@ -11,31 +11,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from pathlib import Path
 
 import pytest
-from browser_session import login
+from browser_session import login, shot, watch
 from pipeline_data import XSS, make_pipeline_run
 
 from webapp.trajectories.models import QueueItem, QueueKind, Review
 from webapp.trajectories.services.review import queue_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def _shot(page, name: str) -> None:
-    folder = os.environ.get("CRUCIBLE_SCREENSHOT_DIR")
-    if folder:
-        page.screenshot(path=str(Path(folder) / name), full_page=True)
-
-
-def _watch(page) -> dict[str, list[str]]:
-    """Dialogs (an executed alert would open one) and CSP violations, recorded for the asserts."""
-    seen: dict[str, list[str]] = {"dialogs": [], "csp": []}
-    page.on("dialog", lambda dialog: (seen["dialogs"].append(dialog.message), dialog.dismiss()))
-    page.on("console", lambda m: seen["csp"].append(m.text) if "Content Security Policy" in m.text else None)
-    return seen
 
 
 def _progress(page, name: str) -> str:
@@ -64,7 +49,7 @@ def test_label_a_queue_from_first_item_to_last_with_the_keyboard(page, live_serv
     team = review_team
     queue = queue_create(project=team["project"], name="Failures", filter={"run": team["run"].pk, "passed": "no"},
                          limit=3, actor=team["editor"])
-    seen = _watch(page)
+    seen = watch(page)
     login(page, live_server, "reviewer")
     page.goto(f"{live_server.url}/p/{team['slug']}/review/{queue.pk}/")
     page.keyboard.press("l")  # the queue page's key: start labelling
@@ -72,7 +57,7 @@ def test_label_a_queue_from_first_item_to_last_with_the_keyboard(page, live_serv
     assert "You hold this item until" in page.locator("#lock-note").inner_text()
     assert "a agree" in page.locator("#key-hint").inner_text()
     assert (_progress(page, "done_in_queue"), _progress(page, "remaining")) == ("0", "3")
-    _shot(page, "review-label.png")
+    shot(page, "review-label.png")
 
     # Item 1: agree, bucket 3 (wrong_tool), a note typed after n; a and d typed in the note stay text.
     first = _held_item(queue, team["reviewer"])
@@ -119,7 +104,7 @@ def test_label_a_queue_from_first_item_to_last_with_the_keyboard(page, live_serv
     page.locator("#queue-complete").wait_for()
     assert "Queue complete" in page.locator("#queue-complete").inner_text()
     assert _progress(page, "done_in_queue") == "3" and _progress(page, "remaining") == "0"
-    _shot(page, "review-complete.png")
+    shot(page, "review-complete.png")
 
     # u undoes the last label: the item comes back to me, unlabelled; labelling it again completes the queue.
     page.keyboard.press("u")
@@ -142,7 +127,7 @@ def test_one_preference_pair_in_pair_mode_with_keys(page, live_server, review_te
     team = review_team
     queue = queue_create(project=team["project"], name="Pairs", kind=QueueKind.PAIR, filter={"run": team["run"].pk},
                          limit=2, actor=team["editor"])
-    seen = _watch(page)
+    seen = watch(page)
     login(page, live_server, "reviewer")
     page.goto(f"{live_server.url}/p/{team['slug']}/review/{queue.pk}/label/")
     item = _held_item(queue, team["reviewer"])
@@ -152,7 +137,7 @@ def test_one_preference_pair_in_pair_mode_with_keys(page, live_server, review_te
     page.keyboard.press("p")
     assert page.locator("#preferred-left").is_checked()
     assert "preferred" in page.locator("#sample-left").get_attribute("class").split()
-    _shot(page, "review-pair.png")
+    shot(page, "review-pair.png")
     page.keyboard.press("Control+Enter")
     _wait_progress(page, "done_in_queue", 1)
     review = Review.objects.get(reviewer=team["reviewer"])
@@ -178,7 +163,7 @@ def test_export_the_labels(page, live_server, review_team):
         _wait_progress(page, "done_in_queue", done)
     page.locator("#queue-complete").wait_for()
     page.goto(f"{live_server.url}/p/{team['slug']}/review/{queue.pk}/")
-    _shot(page, "review-queue.png")
+    shot(page, "review-queue.png")
     with page.expect_download() as download:
         page.click("#export-jsonl")
     rows = [json.loads(line) for line in Path(download.value.path()).read_text().splitlines()]
@@ -203,7 +188,7 @@ def test_hostile_trajectories_render_as_text_without_a_dialog(page, live_server,
     QueueItem.objects.filter(queue=queue).exclude(pk=hostile.pk).update(reviews_done=1)
     pair = queue_create(project=project, name=XSS[1], kind=QueueKind.PAIR, filter={"run": run.pk, "task": key},
                         limit=1, actor=project_team["editor"])
-    seen = _watch(page)
+    seen = watch(page)
     login(page, live_server, "reviewer")
     page.goto(f"{live_server.url}/p/{project.slug}/review/")
     assert page.locator(f"tr[data-queue='{queue.pk}'] a").first.inner_text() == f"Queue {XSS[2]}"

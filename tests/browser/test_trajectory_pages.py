@@ -7,7 +7,7 @@ import re
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from browser_session import login
+from browser_session import login, watch
 from pipeline_data import XSS, make_pipeline_run
 
 from webapp.trajectories.models import Trajectory
@@ -20,14 +20,8 @@ def hostile_run(project_team):
     return make_pipeline_run(project_team["project"], project_team["owner"], hostile=True, steps=3)
 
 
-def _record_dialogs(page) -> list[str]:
-    dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    return dialogs
-
-
 def test_hostile_text_renders_as_text_in_the_list_inspector_group_and_diff(page, live_server, project_team, hostile_run):
-    dialogs = _record_dialogs(page)
+    seen = watch(page)
     login(page, live_server, "viewer")
     slug = project_team["project"].slug
     hostile = Trajectory.objects.get(run=hostile_run, step=1, sample_index=0, task_key__contains="<script>")
@@ -41,7 +35,7 @@ def test_hostile_text_renders_as_text_in_the_list_inspector_group_and_diff(page,
     assert XSS[2] in page.locator(".samples").inner_text(), "the hostile tool argument, as text"
     page.goto(f"{live_server.url}/p/{slug}/trajectories/diff/?a={hostile.pk}&b={other.pk}")
     assert XSS[2] in page.locator(".diff-turns").inner_text()
-    assert dialogs == []
+    assert seen == {"dialogs": [], "csp": []}
 
 
 def test_from_a_failure_bucket_to_a_trajectory_and_through_its_group_by_keyboard(page, live_server, project_team,

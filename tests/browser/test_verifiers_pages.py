@@ -9,32 +9,17 @@ verifier-judge.png, verifier-check.png).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-from pathlib import Path
 
 import pytest
-from browser_session import login
+from browser_session import login, shot, watch
 from pipeline_data import XSS, make_pipeline_project, make_pipeline_run
 
 from environments.sandbox import BWRAP, available_isolation
 from webapp.verifiers.models import Verifier, VerifierCheck
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def _shot(page, name: str) -> None:
-    folder = os.environ.get("CRUCIBLE_SCREENSHOT_DIR")
-    if folder:
-        page.screenshot(path=str(Path(folder) / name), full_page=True)
-
-
-def _watch(page) -> dict[str, list[str]]:
-    seen: dict[str, list[str]] = {"dialogs": [], "csp": []}
-    page.on("dialog", lambda dialog: (seen["dialogs"].append(dialog.message), dialog.dismiss()))
-    page.on("console", lambda m: seen["csp"].append(m.text) if "Content Security Policy" in m.text else None)
-    return seen
 
 
 def _ready(page) -> None:
@@ -48,7 +33,7 @@ def test_write_a_python_verifier_version_and_score_a_pasted_output(page, live_se
     project = project_team["project"]
     dataset, _verifier, _model = make_pipeline_project(project, project_team["owner"])
     task = dataset.tasks.get(external_id="task-0")
-    seen = _watch(page)
+    seen = watch(page)
     login(page, live_server, "editor")
     page.goto(f"{live_server.url}/p/{project.slug}/verifiers/")
     _ready(page)
@@ -71,7 +56,7 @@ def test_write_a_python_verifier_version_and_score_a_pasted_output(page, live_se
                                     "trajectory['turns'][-1]['content'] else 0.0")
     assert page.locator(".code-editor .gutter").inner_text().split() == ["1", "2"]
     page.fill("#cfg-timeout_seconds", "5")
-    _shot(page, "verifier-form.png")
+    shot(page, "verifier-form.png")
     page.keyboard.press("Control+Enter")  # save, from inside the editor
     page.wait_for_url("**/versions/1/")
     verifier = Verifier.objects.get(kind="python")
@@ -105,7 +90,7 @@ def test_write_a_python_verifier_version_and_score_a_pasted_output(page, live_se
     assert page.locator("#verdict-reward").inner_text() == "1.000"
     assert page.locator("#verdict-passed").inner_text() == "yes"
     assert "bwrap" in page.locator("#verdict").inner_text()
-    _shot(page, "verifier-playground.png")
+    shot(page, "verifier-playground.png")
     assert seen == {"dialogs": [], "csp": []}
 
 
@@ -113,7 +98,7 @@ def test_sanity_check_ten_outputs_by_keyboard_and_see_the_agreement(page, live_s
     project = project_team["project"]
     run = make_pipeline_run(project, project_team["owner"], hostile=True, steps=2)
     version = run.verifier_version
-    seen = _watch(page)
+    seen = watch(page)
     login(page, live_server, "editor")
     page.goto(f"{live_server.url}/p/{project.slug}/verifiers/{version.verifier_id}/versions/1/")
     _ready(page)
@@ -131,7 +116,7 @@ def test_sanity_check_ten_outputs_by_keyboard_and_see_the_agreement(page, live_s
     page.keyboard.press("l")  # judge the verdicts
     page.wait_for_url(f"**/checks/{check.pk}/label/")
     assert "a right" in page.locator("#key-hint").inner_text()
-    _shot(page, "verifier-judge.png")
+    shot(page, "verifier-judge.png")
     for number in range(1, 11):
         page.wait_for_function("(n) => document.title.startsWith(`Judge ${n}/10`)", arg=number)
         _ready(page)
@@ -162,7 +147,7 @@ def test_sanity_check_ten_outputs_by_keyboard_and_see_the_agreement(page, live_s
     assert page.locator("#agreement-rate").inner_text() == "90%"
     assert "you judged 9 of 10 verdicts right" in page.locator("#agreement").inner_text()
     assert "wrong_tool" in page.locator("#disagreements").inner_text()
-    _shot(page, "verifier-check.png")
+    shot(page, "verifier-check.png")
     page.goto(f"{live_server.url}/p/{project.slug}/verifiers/")
     assert "checked on 10 outputs: 90% agreement" in page.locator("#verifier-table").inner_text()
     assert seen == {"dialogs": [], "csp": []}

@@ -1,3 +1,5 @@
+import { rowKeys } from "./rows.js";
+
 // Trajectory pages: "show all" for folded text, row focus / ticking on the list, previous /
 // next in the inspector, sample to sample in the group view. Text is never built into HTML.
 
@@ -38,23 +40,12 @@ function wireList() {
       updateSelection();
     });
   }
-  let focused = -1;
-  const focus = (index) => {
-    if (focused >= 0) rows[focused].classList.remove("focused");
-    focused = Math.max(0, Math.min(rows.length - 1, index));
-    rows[focused].classList.add("focused");
-    rows[focused].scrollIntoView({ block: "nearest" });
-  };
-  document.addEventListener("crucible:key", (event) => {
-    const key = event.detail;
-    if (key === "j") focus(focused + 1);
-    else if (key === "k") focus(focused - 1);
-    else if (key === "Enter" && focused >= 0) rows[focused].querySelector("td.task-key a")?.click();
-    else if (key === "x" && focused >= 0) {
-      const box = rows[focused].querySelector(".row-box");
-      box.checked = !box.checked;
-      updateSelection();
-    }
+  rowKeys(rows, "td.task-key a", (key, row) => {
+    if (key !== "x") return false;
+    const box = row.querySelector(".row-box");
+    box.checked = !box.checked;
+    updateSelection();
+    return true;
   });
   updateSelection();
 }
