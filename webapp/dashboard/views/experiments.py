@@ -1,4 +1,4 @@
-"""Experiments: the list, the new-experiment form, and one experiment's pipeline page.
+"""Experiments: the list, the new-experiment form, the quick experiment, and one experiment's pipeline page.
 
 An experiment is the seeds' workflow as one object (baseline -> SFT when needed -> GRPO ->
 held-out evaluation -> promotion gates); webapp.runs.services.experiments drives it. The form
@@ -19,7 +19,7 @@ from django.db.models import Max
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 from pydantic import TypeAdapter, ValidationError
 
 from training.config import RUN_CONFIG_SCHEMA, ConfigError
@@ -29,18 +29,19 @@ from webapp.dashboard.views.common import breadcrumbs_for, has_page, query_witho
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, has_role
 from webapp.projects.models import Project, Role
 from webapp.runs.checkpoint_selectors import ExperimentRow, experiment_list
-from webapp.runs.management.commands.crucible_experiment import QUICK_CONFIG
 from webapp.runs.models import Experiment, ExperimentState, Run
 from webapp.runs.selectors import run_latest_jobs
 from webapp.runs.services.experiments import (
     DEFAULT_CONFIG,
     NUMBER_BOUNDS,
+    QUICK_CONFIG,
     STAGE_KEYS,
     STAGE_ORDER,
     WAITING,
     ExperimentError,
     experiment_config,
     experiment_create,
+    experiment_inputs,
     stage_plan,
 )
 from webapp.runs.services.run_config import LINKED_CONFIG_KEYS, run_config_check
@@ -380,6 +381,51 @@ def experiment_new_page(request: HttpRequest, slug: str) -> HttpResponse:
                                        ("New experiment", None)),
     }
     return render(request, "dashboard/experiments/new.html", context, status=400 if errors else 200)
+
+
+# ---------------------------------------------------------------------------------------
+# The quick experiment (the overview's button)
+# ---------------------------------------------------------------------------------------
+
+QUICK_NAME_MAX = 200  # Experiment.name's length
+# What a quick experiment lacks, and where a person adds it.
+WHERE_TO_ADD = {
+    "dataset": "import or generate one in Datasets",
+    "verifier": "add one in Verifiers and save a version of it",
+    "model": "add one in Settings → Models",
+}
+
+
+def missing_message(missing: tuple[str, ...]) -> str:
+    """Why the quick experiment cannot start: which of dataset / verifier / model is missing and where to add it."""
+    things = [f"no {what}" + (" with a saved version" if what == "verifier" else "") for what in missing]
+    listed = things[0] if len(things) == 1 else ", ".join(things[:-1]) + " and " + things[-1]
+    steps = " ".join(f"{what.capitalize()}: {WHERE_TO_ADD[what]}." for what in missing)
+    return f"A quick experiment needs a dataset, a verifier and a model, and this project has {listed} yet. {steps}"
+
+
+@login_required
+@require_POST
+def experiment_quick(request: HttpRequest, slug: str) -> HttpResponse:
+    """Start the whole pipeline with QUICK_CONFIG (what `crucible_experiment --quick` runs) and open its page."""
+    project = get_project_or_404(request.user, slug, Role.EDITOR)
+    inputs = experiment_inputs(project)
+    if inputs.missing:
+        messages.error(request, missing_message(inputs.missing))
+        return redirect("dashboard:project", slug=slug)
+    name = f"quick · {inputs.dataset} · {inputs.model.name}"[:QUICK_NAME_MAX]
+    try:
+        experiment = experiment_create(project=project, name=name, dataset=inputs.dataset,
+                                       verifier_version=inputs.verifier_version, model=inputs.model,
+                                       actor=request.user, config=QUICK_CONFIG)
+    except ExperimentError as exc:
+        messages.error(request, f"The quick experiment could not start: {_sentence(str(exc))} "
+                                "Adjust its settings in the form and start it from there.")
+        return redirect(reverse("dashboard:experiment_new", args=[slug]) + "?preset=quick")
+    messages.success(request, f"Quick experiment started on {inputs.dataset}, verifier "
+                              f"{inputs.verifier_version.verifier.name} v{inputs.verifier_version.version} and "
+                              f"model {inputs.model.name}: tiny stage sizes, minutes on a CPU once a worker runs it.")
+    return redirect("dashboard:experiment_detail", slug=slug, experiment_id=experiment.pk)
 
 
 # ---------------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ def project_overview(request: HttpRequest, slug: str) -> HttpResponse:
         "running_count": project.runs.filter(status=RunStatus.RUNNING).count(),
         "new_run_url": _url("dashboard:run_new", slug),
         "experiment_url": _url("dashboard:experiment_new", slug),
+        "quick_experiment_url": _url("dashboard:experiment_quick", slug),
         "breadcrumbs": [(project.name, None)],
     }
     return render(request, "dashboard/project_overview.html", context)

@@ -78,14 +78,25 @@ def _matching(names: set[str], wanted: list[str]) -> list[str]:
     return found
 
 
-def run_panels(recorded: list[tuple[str, str]]) -> list[Panel]:
-    """The panels this run has data for; metrics no panel claims get one each, so none is hidden."""
+# The curve a person opens a live run for, by kind: drawn (empty) before the first point so the
+# live chart fills in as the worker reports, instead of an empty page that needs a reload.
+FIRST_CURVE: dict[str, tuple[str, str]] = {"grpo": ("train", "reward"), "sft": ("train", "loss"),
+                                           "dpo": ("train", "loss")}
+
+
+def run_panels(recorded: list[tuple[str, str]], *, expect: tuple[str, str] | None = None) -> list[Panel]:
+    """The panels this run has data for; metrics no panel claims get one each, so none is hidden.
+
+    `expect` (split, name): a metric the run is about to record; its panel is shown even empty."""
     by_split: dict[str, set[str]] = {}
     for split, name in recorded:
         by_split.setdefault(split, set()).add(name)
+    expected = {expect} if expect else set()
     panels, claimed = [], set()
     for title, split, wanted, band, step_link in PANEL_SPECS:
         names = _matching(by_split.get(split, set()), wanted)
+        if not names and (split, wanted[0]) in expected:
+            names = [wanted[0]]
         if names:
             panels.append(Panel(title, split, names, band if band in by_split.get(split, set()) else "", step_link))
             claimed |= {(split, n) for n in names} | ({(split, band)} if band else set())
@@ -149,7 +160,8 @@ def run_detail_page(request: HttpRequest, slug: str, run_id: int) -> HttpRespons
     context = _detail_context(request, run)
     trajectories = reverse("dashboard:trajectory_list", args=[slug]) if has_page("dashboard:trajectory_list") else ""
     context.update(
-        panels=run_panels(metric_names(run)), latest=metric_latest(run),
+        panels=run_panels(metric_names(run), expect=FIRST_CURVE.get(run.kind) if context["active"] else None),
+        latest=metric_latest(run),
         config_json=json.dumps(run.config, indent=2, sort_keys=True),
         step_url=f"{trajectories}?run={run.pk}" if trajectories else "",
         smoothing=_bounded_float(request.GET.get("smoothing"), 0.6), x_axis=request.GET.get("x", "step"),

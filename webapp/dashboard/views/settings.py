@@ -1,14 +1,17 @@
-"""Project settings: members and their roles, the price of a device-hour, and your own API tokens.
+"""Project settings: members and their roles, the project's models, the price of a device-hour, and your
+own API tokens.
 
 Every member may open the page. Owners manage members and the price; everyone else sees the
-member list and the price read-only, and gets 403 from the owner forms. API tokens belong to
+member list and the price read-only, and gets 403 from the owner forms. Editors and owners
+register and remove the project's models (what runs and experiments train and evaluate);
+viewers and reviewers see the list read-only. API tokens belong to
 users, not projects: any member manages their own tokens here (a token acts as its user in every
 project they belong to, with their role there). A new token's secret is in the response to the
 form that created it and nowhere else: not in the session, not in a message, and the response is
 not cached.
 
-Writes go through webapp.projects.services (audited, never leaving a project without an owner);
-text is checked with webapp.api.bounds.unstorable_text_reason as the API checks it.
+Writes go through webapp.projects.services (audited, never leaving a project without an owner)
+and webapp.runs.services.models (audited, never removing a model that runs use); text is checked with webapp.api.bounds.unstorable_text_reason as the API checks it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from decimal import Decimal, InvalidOperation
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.db.models import F
+from django.db.models import Count, F
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -29,7 +32,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from webapp.api.bounds import unstorable_text_reason
 from webapp.dashboard.views.common import breadcrumbs_for
-from webapp.projects.access import get_project_or_404, role_in
+from webapp.projects.access import get_project_or_404, has_role, role_in
 from webapp.projects.models import ROLE_RANK, ApiToken, Membership, Project, Role
 from webapp.projects.selectors import project_members
 from webapp.projects.services import (
@@ -44,11 +47,23 @@ from webapp.projects.services import (
     membership_remove,
     project_price_set,
 )
+from webapp.runs.models import Experiment, ModelSpec, Run
+from webapp.runs.services.models import (
+    GGUF_FILE_MAX,
+    MODEL_NAME_MAX,
+    MODEL_SOURCE_MAX,
+    TOOL_FORMATS,
+    ModelSpecError,
+    ModelSpecInUse,
+    model_spec_create,
+    model_spec_remove,
+)
 
 TOKEN_NAME_MAX = ApiToken._meta.get_field("name").max_length
 USERNAME_MAX = 150
 PRICE_TEXT_MAX = 32
 TOKENS_SHOWN = 100  # active tokens first, then the latest revoked ones
+MODELS_SHOWN = 200
 PRICE_PATTERN = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)")  # ASCII digits only
 
 
@@ -65,6 +80,31 @@ class MemberRow:
     selected_role: str
     error: str | None
     last_owner: bool
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """A model in the list, with how many runs and experiments use it and its remove form's error."""
+
+    model: ModelSpec
+    runs: int
+    experiments: int
+    error: str | None
+
+    @property
+    def in_use(self) -> bool:
+        return bool(self.runs or self.experiments)
+
+
+def _model_rows(project: Project, errors: dict) -> tuple[list[ModelRow], bool]:
+    models = list(project.model_specs.order_by("name", "pk")[:MODELS_SHOWN + 1])
+    ids = [m.pk for m in models[:MODELS_SHOWN]]
+    runs = dict(Run.objects.filter(model_id__in=ids).values("model_id").annotate(n=Count("id"))
+                .values_list("model_id", "n"))
+    experiments = dict(Experiment.objects.filter(model_id__in=ids).values("model_id").annotate(n=Count("id"))
+                       .values_list("model_id", "n"))
+    rows = [ModelRow(m, runs.get(m.pk, 0), experiments.get(m.pk, 0), errors.get(m.pk)) for m in models[:MODELS_SHOWN]]
+    return rows, len(models) > MODELS_SHOWN
 
 
 def _is_owner(user, project: Project) -> bool:
@@ -92,7 +132,9 @@ def _render(request: HttpRequest, project: Project, *, status: int = 200, errors
     tokens, more_tokens = _user_tokens(request.user)
     row_role, row_errors = (forms or {}).get("row_role", {}), (errors or {}).get("rows", {})
     forms = {"add_username": "", "add_role": Role.VIEWER, "price": price_text(project.price_per_device_hour),
-             "token_name": "", **(forms or {})}
+             "token_name": "", "model_name": "", "model_source": "", "model_gguf_file": "",
+             "model_tool_format": "auto", **(forms or {})}
+    models, more_models = _model_rows(project, (errors or {}).get("model_rows", {}))
     context = {
         "project": project,
         "role": role_in(request.user, project),
@@ -100,6 +142,14 @@ def _render(request: HttpRequest, project: Project, *, status: int = 200, errors
         "members": [MemberRow(m, row_role.get(m.pk, m.role), row_errors.get(m.pk),
                               m.role == Role.OWNER and owners == 1) for m in members],
         "owner_count": owners,
+        "can_edit_models": has_role(request.user, project, Role.EDITOR),
+        "models": models,
+        "more_models": more_models,
+        "models_shown": MODELS_SHOWN,
+        "tool_formats": TOOL_FORMATS,
+        "model_name_max": MODEL_NAME_MAX,
+        "model_source_max": MODEL_SOURCE_MAX,
+        "gguf_file_max": GGUF_FILE_MAX,
         "roles": Role.choices,
         "tokens": tokens,
         "more_tokens": more_tokens,
@@ -247,6 +297,46 @@ def member_remove(request: HttpRequest, slug: str, membership_id: int) -> HttpRe
         return redirect("dashboard:home")
     messages.success(request, f"{name} was removed from {project.name}.")
     return redirect(_settings_url(slug, "members"))
+
+
+# ---------------------------------------------------------------------------------------
+# Models (editor)
+# ---------------------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def model_add(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_project_or_404(request.user, slug, Role.EDITOR)
+    post = request.POST
+    typed = {field: post.get(field, "") for field in ("name", "source", "gguf_file")}
+    tool_format = post.get("tool_format", "auto")
+    forms = {"model_name": typed["name"], "model_source": typed["source"], "model_gguf_file": typed["gguf_file"],
+             "model_tool_format": tool_format}
+    try:
+        model = model_spec_create(project=project, name=typed["name"], source=typed["source"],
+                                  gguf_file=typed["gguf_file"], tool_format=tool_format, actor=request.user)
+    except ModelSpecError as exc:
+        errors = {f"model_{field}": message for field, message in exc.errors.items()}
+        return _render(request, project, status=400, errors=errors, forms=forms)
+    where = f"the folder {model.local_path}" if model.local_path else model.hf_id
+    messages.success(request, f"Model “{model.name}” ({where}) is registered: the run and experiment forms offer it.")
+    return redirect(_settings_url(slug, "models"))
+
+
+@login_required
+@require_POST
+def model_remove(request: HttpRequest, slug: str, model_id: int) -> HttpResponse:
+    project = get_project_or_404(request.user, slug, Role.EDITOR)
+    model = project.model_specs.filter(pk=model_id).first()
+    if model is None:
+        raise Http404("No such model in this project.")
+    try:
+        model_spec_remove(model=model, actor=request.user)
+    except ModelSpecInUse as exc:
+        return _render(request, project, status=400, errors={"model_rows": {model.pk: str(exc)}})
+    messages.success(request, f"Model “{model.name}” was removed from {project.name}.")
+    return redirect(_settings_url(slug, "models"))
 
 
 # ---------------------------------------------------------------------------------------

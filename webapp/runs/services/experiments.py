@@ -28,7 +28,7 @@ from webapp.runs.models import (
     RunStatus,
 )
 from webapp.runs.services.run_config import run_config_check, run_create
-from webapp.verifiers.models import VerifierVersion
+from webapp.verifiers.models import Verifier, VerifierVersion
 
 DEFAULT_CONFIG: dict = {
     "common": {},
@@ -51,6 +51,67 @@ SUCCEEDED, SKIPPED, FAILED, WAITING = "succeeded", "skipped", "failed", "waiting
 
 class ExperimentError(ValueError):
     pass
+
+
+# Small enough for a CPU demo: every stage runs, in minutes rather than hours
+# (`crucible_experiment --quick`, the overview's "Quick experiment" button, the form's quick preset).
+QUICK_CONFIG = {
+    "common": {"max_tasks": 24, "max_completion_length": 64, "bf16": "auto", "device": "cpu"},
+    "sft": {"kind": "sft", "max_steps": 6, "micro_batch_size": 4, "gradient_accumulation_steps": 1,
+            "learning_rate": 1e-3, "eval_interval": 0, "checkpoint_interval": 6},
+    "grpo": {"kind": "grpo", "algorithm": "dapo", "max_steps": 3, "num_prompts_per_step": 2,
+             "num_generations_per_prompt": 4, "micro_batch_size": 8, "learning_rate": 2e-5,
+             "eval_interval": 3, "checkpoint_interval": 3, "max_generation_batches": 1},
+}
+
+# What the demo seed (webapp/projects/demo.py) names them: picked first when a project has them.
+DEMO_DATASET = "workplace-json"
+DEMO_VERIFIER = "exact tool call"
+DEMO_MODEL = "SmolLM2-135M-Instruct (offline)"
+
+
+@dataclass(frozen=True)
+class ExperimentInputs:
+    """The dataset version, verifier version and model an experiment would run on; `missing` names the absent ones."""
+
+    dataset: TaskDataset | None
+    verifier_version: VerifierVersion | None
+    model: ModelSpec | None
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return tuple(what for what, obj in (("dataset", self.dataset), ("verifier", self.verifier_version),
+                                            ("model", self.model)) if obj is None)
+
+
+def _pick_name(queryset, name: str | None, demo: str) -> str | None:
+    """The name asked for; without one, the demo seed's when present, else the most recently created one's."""
+    if name is not None:
+        return name
+    if queryset.filter(name=demo).exists():
+        return demo
+    return queryset.order_by("-created_at", "-pk").values_list("name", flat=True).first()
+
+
+def experiment_inputs(project: Project, *, dataset: str | None = None, verifier: str | None = None,
+                      model: str | None = None) -> ExperimentInputs:
+    """Pick what an experiment runs on: a dataset's newest version, a verifier's latest version, a model.
+
+    A name picks exactly that one (None when the project has no such one, or the verifier no
+    saved version). Without a name: the demo seed's (DEMO_*) when the project has it, else the
+    most recently created one (for a verifier, the most recent one with a saved version).
+    """
+    datasets = TaskDataset.objects.filter(project=project)
+    verifiers = Verifier.objects.filter(project=project, pk__in=VerifierVersion.objects.values("verifier_id"))
+    models = ModelSpec.objects.filter(project=project)
+    names = (_pick_name(datasets, dataset, DEMO_DATASET), _pick_name(verifiers, verifier, DEMO_VERIFIER),
+             _pick_name(models, model, DEMO_MODEL))
+    picked_verifier = verifiers.filter(name=names[1]).first() if names[1] is not None else None
+    return ExperimentInputs(
+        dataset=datasets.filter(name=names[0]).order_by("-version").first() if names[0] is not None else None,
+        verifier_version=picked_verifier.latest_version if picked_verifier is not None else None,
+        model=models.filter(name=names[2]).first() if names[2] is not None else None,
+    )
 
 
 STAGE_KEYS = ("common", "baseline", "sft", "grpo", "held_out")

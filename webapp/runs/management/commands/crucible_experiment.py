@@ -17,9 +17,14 @@ from django.core.management.base import BaseCommand, CommandError
 from webapp.projects.models import Project
 from webapp.runs.models import Experiment, ExperimentState, Job, MetricPoint
 from webapp.runs.services.experiments import (
+    DEMO_DATASET,
+    DEMO_MODEL,
+    DEMO_VERIFIER,
+    QUICK_CONFIG,
     WAITING,
     ExperimentError,
     experiment_create,
+    experiment_inputs,
     stage_plan,
 )
 
@@ -27,25 +32,15 @@ POLL_SECONDS = 5
 HEARTBEAT_SECONDS = 60
 """An unchanged progress line is printed again after this long: proof the command is alive."""
 
-# Small enough for a CPU demo: every stage runs, in minutes rather than hours.
-QUICK_CONFIG = {
-    "common": {"max_tasks": 24, "max_completion_length": 64, "bf16": "auto", "device": "cpu"},
-    "sft": {"kind": "sft", "max_steps": 6, "micro_batch_size": 4, "gradient_accumulation_steps": 1,
-            "learning_rate": 1e-3, "eval_interval": 0, "checkpoint_interval": 6},
-    "grpo": {"kind": "grpo", "algorithm": "dapo", "max_steps": 3, "num_prompts_per_step": 2,
-             "num_generations_per_prompt": 4, "micro_batch_size": 8, "learning_rate": 2e-5,
-             "eval_interval": 3, "checkpoint_interval": 3, "max_generation_batches": 1},
-}
-
 
 class Command(BaseCommand):
     help = "Create an experiment on a project and wait for its candidate checkpoint and gate table."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--project", default="demo")
-        parser.add_argument("--dataset", default="workplace-json")
-        parser.add_argument("--verifier", default="exact tool call")
-        parser.add_argument("--model", default="SmolLM2-135M-Instruct (offline)")
+        parser.add_argument("--dataset", default=DEMO_DATASET)
+        parser.add_argument("--verifier", default=DEMO_VERIFIER)
+        parser.add_argument("--model", default=DEMO_MODEL)
         parser.add_argument("--name", default="demo experiment")
         parser.add_argument("--quick", action="store_true", help="tiny stage sizes (a CPU demo in minutes)")
         parser.add_argument("--config", default="{}", help="experiment settings as JSON (see services/experiments.py)")
@@ -60,19 +55,18 @@ class Command(BaseCommand):
         project = Project.objects.filter(slug=opts["project"]).first()
         if project is None:
             raise CommandError(f"No project {opts['project']!r}; run `python manage.py crucible_setup` first.")
-        dataset = project.datasets.filter(name=opts["dataset"]).order_by("-version").first()
-        verifier = project.verifiers.filter(name=opts["verifier"]).first()
-        model = project.model_specs.filter(name=opts["model"]).first()
-        for what, obj in (("dataset", dataset), ("verifier", verifier), ("model", model)):
-            if obj is None:
-                raise CommandError(f"No {what} named {opts[what]!r} in project {project.slug}.")
+        inputs = experiment_inputs(project, dataset=opts["dataset"], verifier=opts["verifier"], model=opts["model"])
+        if inputs.missing:
+            what = inputs.missing[0]
+            raise CommandError(f"No {what} named {opts[what]!r}"
+                               f"{' with a saved version' if what == 'verifier' else ''} in project {project.slug}.")
         config = {**(QUICK_CONFIG if opts["quick"] else {}), **json.loads(opts["config"])}
         owner = project.memberships.filter(role="owner").first()
         actor = owner.user if owner else get_user_model().objects.filter(is_superuser=True).first()
         try:
-            experiment = experiment_create(project=project, name=opts["name"], dataset=dataset,
-                                           verifier_version=verifier.latest_version, model=model, actor=actor,
-                                           config=config)
+            experiment = experiment_create(project=project, name=opts["name"], dataset=inputs.dataset,
+                                           verifier_version=inputs.verifier_version, model=inputs.model,
+                                           actor=actor, config=config)
         except ExperimentError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"experiment {experiment.pk} started")

@@ -1,0 +1,176 @@
+"""Writes for a project's models (ModelSpec): register one, remove one nothing uses.
+
+A model's source is one piece of text, as a person types it: an existing absolute folder on
+this machine is a local model (local_path), anything else a Hugging Face id (hf_id); the
+offline default's aliases ("smollm2", "smollm2-135m-instruct") are hub-id-like names the
+training code resolves itself. Every check happens here, so a page and an API endpoint that
+call model_spec_create accept exactly the same input; errors are keyed by field.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.db import IntegrityError, transaction
+from django.db.models import ProtectedError
+
+from webapp.api.bounds import unstorable_text_reason
+from webapp.projects.models import Project
+from webapp.projects.services import audit_log
+from webapp.runs.models import Experiment, ModelSpec, Run
+
+MODEL_NAME_MAX = ModelSpec._meta.get_field("name").max_length
+HF_ID_MAX = ModelSpec._meta.get_field("hf_id").max_length
+LOCAL_PATH_MAX = ModelSpec._meta.get_field("local_path").max_length
+GGUF_FILE_MAX = ModelSpec._meta.get_field("gguf_file").max_length
+MODEL_SOURCE_MAX = max(HF_ID_MAX, LOCAL_PATH_MAX)
+TOOL_FORMATS = tuple(value for value, _ in ModelSpec._meta.get_field("tool_format").choices)
+GGUF_FILES_LISTED = 10
+# training.models.MODEL_ALIASES (not imported: that module loads torch): the offline default's names.
+MODEL_ALIASES = frozenset({"smollm2-135m-instruct", "smollm2"})
+
+
+class ModelSpecError(ValueError):
+    """The input cannot make a model: `errors` maps each field (name, source, gguf_file, tool_format) to why."""
+
+    def __init__(self, errors: dict[str, str]):
+        self.errors = errors
+        super().__init__(" ".join(errors.values()))
+
+
+class ModelSpecInUse(ValueError):
+    """Runs or experiments use the model: it cannot be removed while they exist."""
+
+    def __init__(self, model: ModelSpec, runs: int, experiments: int):
+        self.runs, self.experiments = runs, experiments
+        uses = [f"{n} {what}{'' if n == 1 else 's'}" for n, what in ((runs, "run"), (experiments, "experiment")) if n]
+        super().__init__(f"“{model.name}” is used by {' and '.join(uses) or 'a run'}, so it cannot be removed: "
+                         "runs keep the model they were trained or evaluated with.")
+
+
+def _text_problem(label: str, text: str, max_length: int) -> str | None:
+    reason = unstorable_text_reason(text)
+    if reason:
+        return f"The {label} {reason}."
+    if len(text) > max_length:
+        return f"The {label} is {len(text)} characters long; at most {max_length} are allowed."
+    return None
+
+
+def _is_folder(path: str | Path) -> bool:
+    try:
+        return Path(path).is_dir()
+    except (OSError, ValueError):  # a name too long for the file system, and the like
+        return False
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _gguf_problem(gguf_file: str, *, local_path: str, alias: bool) -> str | None:
+    if alias:
+        return ("The offline default model is a GGUF file already: leave the GGUF file empty "
+                "(it picks one file inside a folder or a Hugging Face repository).")
+    if not gguf_file.lower().endswith(".gguf"):
+        return "Give the name of a .gguf file, e.g. model-q8_0.gguf."
+    if os.path.isabs(gguf_file) or ".." in Path(gguf_file).parts:
+        return "Give the file's name inside the folder or repository, not a path elsewhere: e.g. model-q8_0.gguf."
+    if local_path and not _is_file(Path(local_path) / gguf_file):
+        found = sorted(p.name for p in Path(local_path).glob("*.gguf"))
+        listed = ", ".join(found[:GGUF_FILES_LISTED]) + (", …" if len(found) > GGUF_FILES_LISTED else "")
+        return f"There is no {gguf_file} in {local_path}; its .gguf files: {listed or 'none'}."
+    return None
+
+
+def model_source(source: str) -> tuple[dict[str, str], str | None]:
+    """({"hf_id": …} or {"local_path": …}, None) for a typed source, or ({}, what to fix)."""
+    source = source.strip()
+    if not source:
+        return {}, "Give a Hugging Face id (e.g. HuggingFaceTB/SmolLM2-135M-Instruct) or a model folder on this machine."
+    problem = _text_problem("source", source, MODEL_SOURCE_MAX)
+    if problem:
+        return {}, problem
+    if source.lower() in MODEL_ALIASES:
+        return {"hf_id": source.lower()}, None
+    expanded = os.path.expanduser(source)
+    if os.path.isabs(expanded):
+        if _is_folder(expanded):
+            if len(expanded) > LOCAL_PATH_MAX:
+                return {}, f"The folder's path is {len(expanded)} characters long; at most {LOCAL_PATH_MAX} are allowed."
+            return {"local_path": expanded}, None
+        return {}, (f"There is no folder {source} on this machine. Give an existing model folder (for a .gguf "
+                    "file, its folder here and the file's name under GGUF file), or a Hugging Face id.")
+    if any(ch.isspace() for ch in source):
+        return {}, "A Hugging Face id has no spaces, e.g. HuggingFaceTB/SmolLM2-135M-Instruct."
+    if len(source) > HF_ID_MAX:
+        return {}, f"The Hugging Face id is {len(source)} characters long; at most {HF_ID_MAX} are allowed."
+    return {"hf_id": source}, None
+
+
+def model_spec_create(*, project: Project, name: str, source: str, gguf_file: str = "", tool_format: str = "auto",
+                      actor) -> ModelSpec:
+    """Register a model in the project (audited); ModelSpecError names every field to fix."""
+    name, gguf_file = name.strip(), gguf_file.strip()
+    errors: dict[str, str] = {}
+    problem = _text_problem("name", name, MODEL_NAME_MAX)
+    if problem:
+        errors["name"] = problem
+    elif not name:
+        errors["name"] = "Give the model a name: the runs and experiment forms list it by this name."
+    where, source_problem = model_source(source)
+    if source_problem:
+        errors["source"] = source_problem
+    if gguf_file:
+        problem = _text_problem("GGUF file", gguf_file, GGUF_FILE_MAX)
+        if problem is None and source_problem is None:  # where it lives is known: check it is there
+            problem = _gguf_problem(gguf_file, local_path=where.get("local_path", ""),
+                                    alias=where.get("hf_id", "") in MODEL_ALIASES)
+        if problem:
+            errors["gguf_file"] = problem
+    if tool_format not in TOOL_FORMATS:
+        errors["tool_format"] = f"Choose one of the tool formats: {', '.join(TOOL_FORMATS)}."
+    if "name" not in errors and ModelSpec.objects.filter(project=project, name=name).exists():
+        errors["name"] = _duplicate(name)
+    if errors:
+        raise ModelSpecError(errors)
+    try:
+        with transaction.atomic():
+            model = ModelSpec.objects.create(project=project, name=name, gguf_file=gguf_file,
+                                             tool_format=tool_format, **where)
+            audit_log(project=project, actor=actor, action="model.create", target=model,
+                      data={"name": name, **where, "gguf_file": gguf_file, "tool_format": tool_format})
+    except IntegrityError:  # created by someone else in the meantime
+        raise ModelSpecError({"name": _duplicate(name)}) from None
+    return model
+
+
+def _duplicate(name: str) -> str:
+    return f"This project has a model named “{name}” already: choose another name, or remove that one first."
+
+
+def model_spec_usage(model: ModelSpec) -> tuple[int, int]:
+    """(runs, experiments) that use the model."""
+    return Run.objects.filter(model=model).count(), Experiment.objects.filter(model=model).count()
+
+
+@transaction.atomic
+def model_spec_remove(*, model: ModelSpec, actor) -> None:
+    """Remove a model no run or experiment uses (audited); ModelSpecInUse otherwise."""
+    current = ModelSpec.objects.select_for_update().filter(pk=model.pk).first()
+    if current is None:
+        return  # removed meanwhile
+    runs, experiments = model_spec_usage(current)
+    if runs or experiments:
+        raise ModelSpecInUse(current, runs, experiments)
+    audit_log(project=current.project, actor=actor, action="model.remove", target=current,
+              data={"name": current.name, "hf_id": current.hf_id, "local_path": current.local_path})
+    try:
+        with transaction.atomic():
+            current.delete()
+    except ProtectedError:  # a run started with it in the meantime
+        raise ModelSpecInUse(current, *model_spec_usage(current)) from None
