@@ -34,14 +34,18 @@ def _url(name: str, slug: str, query: str = "") -> str | None:
 
 
 def start_steps(project: Project) -> list[StartStep]:
-    """Dataset → verifier → baseline eval → SFT when the format rate is low → GRPO → promote."""
-    runs = Run.objects.filter(project=project)
+    """Dataset → verifier → model → baseline eval → SFT when the format rate is low → GRPO → promote.
+
+    The demo's imported example runs do not tick a step: they were not done in this project."""
+    runs = Run.objects.filter(project=project).exclude(import_info__has_key="example")
     slug = project.slug
     return [
         StartStep("Import a dataset of tasks", project.datasets.exists(), _url("dashboard:dataset_list", slug),
                   "Import tasks"),
         StartStep("Create a verifier and sanity-check it", project.verifiers.exists(),
                   _url("dashboard:verifier_list", slug), "Add a verifier"),
+        StartStep("Register the model to train", project.model_specs.exists(),
+                  _url("dashboard:project_settings", slug, "#models"), "Add a model"),
         StartStep("Measure a baseline on held-out tasks", runs.filter(kind=RunKind.EVAL).exists(),
                   _url("dashboard:run_new", slug, "?kind=eval"), "New evaluation run"),
         StartStep("SFT if the baseline rarely follows the format", runs.filter(kind=RunKind.SFT).exists(),
