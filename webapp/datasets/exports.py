@@ -1,6 +1,6 @@
 """Exporting a dataset version as Crucible JSONL or NeMo Gym JSONL, streamed.
 
-The rows are read with `.iterator()` in chunks and written a block of lines at a time, so a
+The rows are read in keyset chunks (by id) and written a block of lines at a time, so a
 version of a million tasks is never built in memory: the page and the API hand the generator to
 a StreamingHttpResponse. A Crucible line is {"task", "trajectory": null, "result": null} (what
 `python -m environments` and the import read back); a NeMo Gym line is a task row, the row that
@@ -63,19 +63,29 @@ EXPORT_FORMATS: dict[str, tuple[str, Callable[[EnvTask], dict]]] = {
 
 
 def export_lines(dataset: TaskDataset, fmt: str, tasks: QuerySet[Task] | None = None) -> Iterator[str]:
-    """The version's tasks (or `tasks`, a queryset of them) as JSONL text, a block of lines at a time."""
+    """The version's tasks (or `tasks`, a queryset of them) as JSONL text, a block of lines at a time.
+
+    Read a keyset chunk at a time (id > the last one sent, CHUNK_ROWS rows after a first chunk of one block),
+    not through a server-side cursor: outside a transaction Django declares that cursor WITH HOLD, and
+    PostgreSQL then reads the whole version before the first row is sent (1.3 s for 100,000 tasks).
+    A version's tasks never change, so the chunks read one consistent version."""
     _, convert = EXPORT_FORMATS[fmt]
-    rows = (tasks if tasks is not None else Task.objects.filter(dataset=dataset)).order_by("id")
+    rows = tasks if tasks is not None else Task.objects.filter(dataset=dataset)
     environment = dataset.environment
     block: list[str] = []
-    for external_id, messages, tools, truth, category, split, metadata in rows.values_list(
-            *EXPORT_COLUMNS).iterator(chunk_size=CHUNK_ROWS):
-        task = EnvTask(id=external_id, messages=messages, tools=tools, ground_truth=truth, category=category,
-                       split=split, environment=environment, metadata=metadata)
-        block.append(json.dumps(convert(task), ensure_ascii=False, separators=(",", ":")))
-        if len(block) >= LINES_PER_BLOCK:
-            yield "\n".join(block) + "\n"
-            block = []
+    last, size = 0, LINES_PER_BLOCK  # the first chunk one block long, so the download starts at once
+    while True:
+        chunk = list(rows.filter(id__gt=last).order_by("id").values_list("id", *EXPORT_COLUMNS)[:size])
+        for _pk, external_id, messages, tools, truth, category, split, metadata in chunk:
+            task = EnvTask(id=external_id, messages=messages, tools=tools, ground_truth=truth, category=category,
+                           split=split, environment=environment, metadata=metadata)
+            block.append(json.dumps(convert(task), ensure_ascii=False, separators=(",", ":")))
+            if len(block) >= LINES_PER_BLOCK:
+                yield "\n".join(block) + "\n"
+                block = []
+        if len(chunk) < size:
+            break
+        last, size = chunk[-1][0], CHUNK_ROWS
     if block:
         yield "\n".join(block) + "\n"
 

@@ -293,7 +293,9 @@ def same_task_elsewhere(trajectory: Trajectory, limit: int = 20) -> list[Traject
     rows = (Trajectory.objects.filter(project_id=trajectory.project_id, task_key=trajectory.task_key)
             .exclude(pk=trajectory.pk).select_related("run", "checkpoint")
             .only("id", "run__name", "run__kind", "checkpoint__step", "step", "split", "sample_index", "reward",
-                  "passed", "failure_bucket", "source", "created_at"))
+                  "passed", "failure_bucket", "source", "created_at",
+                  # the rest of the API's row (TrajectoryRowOut): deferred, each would cost a query a row
+                  "task_key", "group_id", "advantage", "flags", "tokens_in", "tokens_out", "latency_ms"))
     return list(rows.order_by("-id")[:limit])
 
 
