@@ -4,7 +4,8 @@
                                             [--pages run-detail,inspector] [--data-dir DIR] [--keep]
 
 It makes a throwaway data directory (SQLite, as `make demo` does), runs `migrate` and
-`crucible_setup` (the demo project), adds real pipeline data so that no page is empty
+`crucible_setup` (the demo project with its imported example run: the run, trajectories,
+failures and review pages show that real recorded CPU-recipe run), adds pipeline data so that no page is empty
 (runs whose trajectories were scored by the real verifier and ingested through
 EventIngestor, a running job, checkpoints and a `production` alias, a review queue with
 labels, a verifier sanity check, an experiment), starts `manage.py runserver` on a free
@@ -62,17 +63,17 @@ SHOTS: tuple[Shot, ...] = (
     Shot("playground", "/p/{slug}/verifiers/playground/", action="playground"),
     Shot("run-new", "/p/{slug}/runs/new/"),
     Shot("runs", "/p/{slug}/runs/"),
-    Shot("run-detail", "/p/{slug}/runs/{run}/", action="chart"),
+    Shot("run-detail", "/p/{slug}/runs/{ex_run}/", action="chart"),
     Shot("compare", "/p/{slug}/runs/compare/?ids={baseline},{run}", action="chart"),
     Shot("experiments", "/p/{slug}/experiments/"),
-    Shot("trajectories", "/p/{slug}/trajectories/?run={baseline}"),
-    Shot("inspector", "/p/{slug}/trajectories/{failed}/"),
-    Shot("group", "/p/{slug}/trajectories/{failed}/group/"),
-    Shot("diff", "/p/{slug}/trajectories/diff/?a={passed}&b={failed}"),
+    Shot("trajectories", "/p/{slug}/trajectories/?run={ex_eval}"),
+    Shot("inspector", "/p/{slug}/trajectories/{ex_failed}/"),
+    Shot("group", "/p/{slug}/trajectories/{ex_group}/group/"),
+    Shot("diff", "/p/{slug}/trajectories/diff/?a={ex_passed}&b={ex_failed}"),
     Shot("review", "/p/{slug}/review/"),
     Shot("review-queue", "/p/{slug}/review/{queue}/"),
-    Shot("labelling", "/p/{slug}/review/{queue}/label/"),
-    Shot("failures", "/p/{slug}/failures/?run={run}", action="chart"),
+    Shot("labelling", "/p/{slug}/review/{ex_queue}/label/"),
+    Shot("failures", "/p/{slug}/failures/?run={ex_run}", action="chart"),
     Shot("checkpoints", "/p/{slug}/checkpoints/"),
     Shot("jobs", "/p/{slug}/jobs/"),
     Shot("settings", "/p/{slug}/settings/"),
@@ -184,12 +185,38 @@ def seed(password: str) -> dict:
     failed = rows.filter(failure_bucket="wrong_arguments").first() or rows.filter(passed=False).first()
     passed = rows.filter(group_id=failed.group_id, passed=True).first() or rows.filter(passed=True).first()
     task = dataset.tasks.order_by("id").first()
+    ids = {"slug": project.slug, "dataset": dataset.pk, "task": task.pk, "run": improved.pk,
+           "baseline": baseline.pk, "failed": failed.pk, "passed": passed.pk, "queue": queue.pk, "check": check.pk,
+           "version": verifier.latest_version.pk}
+    ids.update(example_ids(project, ids))
     from django.db import connections
 
     connections.close_all()
-    return {"slug": project.slug, "dataset": dataset.pk, "task": task.pk, "run": improved.pk,
-            "baseline": baseline.pk, "failed": failed.pk, "passed": passed.pk, "queue": queue.pk, "check": check.pk,
-            "version": verifier.latest_version.pk}
+    return ids
+
+
+def example_ids(project, seeded: dict) -> dict:
+    """The example run's pages (crucible_setup imported it); the seeded runs stand in without it."""
+    from webapp.projects.example_run import EXAMPLE_QUEUE, STAGES
+    from webapp.runs.models import Run
+    from webapp.trajectories.models import ReviewQueue, Trajectory
+
+    runs = {r.name: r for r in Run.objects.filter(project=project, name__in=STAGES.values())}
+    grpo, after, before = (runs.get(STAGES[k]) for k in ("grpo", "grpo_held_out", "sft_held_out"))
+    queue = ReviewQueue.objects.filter(project=project, name=EXAMPLE_QUEUE).first()
+    if not (grpo and after and before and queue):
+        print("no example run in the demo project: its pages show the seeded runs", flush=True)
+        return {"ex_run": seeded["run"], "ex_eval": seeded["baseline"], "ex_failed": seeded["failed"],
+                "ex_passed": seeded["passed"], "ex_group": seeded["failed"], "ex_queue": seeded["queue"]}
+    # A held-out task GRPO got wrong that SFT got right is rare; one SFT fixed and GRPO kept is the diff.
+    failed_after = Trajectory.objects.filter(run=after, passed=False).order_by("id")
+    failed = failed_after.filter(failure_bucket="wrong_arguments").first() or failed_after.first()
+    passed = (Trajectory.objects.filter(run=before, passed=True, task_key=failed.task_key).first()
+              or Trajectory.objects.filter(run=after, passed=True).order_by("id").first())
+    group = (Trajectory.objects.filter(run=grpo, passed=False).order_by("-step", "id").first()
+             or Trajectory.objects.filter(run=grpo).first())
+    return {"ex_run": grpo.pk, "ex_eval": after.pk, "ex_failed": failed.pk, "ex_passed": passed.pk,
+            "ex_group": group.pk, "ex_queue": queue.pk}
 
 
 # ---------------------------------------------------------------------------------------

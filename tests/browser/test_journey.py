@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from browser_session import login
 
-from tests.workers.conftest import start_worker, stop_worker, wait_for
+from tests.workers.conftest import start_worker, stop_worker
 from webapp.runs.models import Checkpoint, CheckpointAlias, Experiment, Run
 from webapp.trajectories.models import Review
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tarfile
 import sys
 from pathlib import Path
 
@@ -52,6 +53,20 @@ def test_tiny_recipe_runs_every_stage_and_a_rerun_keeps_them(tmp_path):
     kept = [line for line in second.stdout.splitlines() if line.endswith(", kept")]
     assert len(kept) == len(STAGES) - 1
     assert "grpo_validation: finished earlier" not in second.stdout
+
+    # Packed as the demo's example run is: only what the import reads, no weights.
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    from record_example_run import STAGES as PACKED, pack
+
+    manifest = pack(tmp_path, tmp_path / "packed")
+    with tarfile.open(tmp_path / "packed" / "cpu-recipe-example.tar.xz", "r:xz") as tar:
+        names = [m.name for m in tar.getmembers()]
+    assert {n.split("/")[0] for n in names} == set(PACKED)
+    kept = {n.rsplit("/", 1)[1] for n in names}
+    assert {"events.jsonl", "run.json", "COMPLETE"} <= kept <= {"events.jsonl", "run.json", "COMPLETE", "run_config.json"}
+    assert any(n.startswith("grpo/checkpoints/step_") for n in names)
+    assert manifest["stages"]["grpo_held_out"]["held_out"]["step"] == 0
+    assert json.loads((tmp_path / "packed" / "manifest.json").read_text()) == manifest
 
 
 def test_skip_baseline_leaves_it_out_and_sft_micro_batch_keeps_sixteen_per_step(tmp_path):

@@ -54,6 +54,16 @@ def user_theme(user) -> str:
     return preference or Theme.AUTO
 
 
+def example_note(slug: str) -> str:
+    """The banner of a project that holds the imported example run (every page says what it is)."""
+    from webapp.projects.example_run import EXAMPLE_NOTE
+    from webapp.runs.models import Run
+
+    held = (Run.objects.filter(project__slug=slug, import_info__has_key="example")
+            .exclude(import_key="").exists())
+    return EXAMPLE_NOTE if held else ""
+
+
 def shell(request: HttpRequest) -> dict:
     user = request.user
     context: dict = {"theme": user_theme(user)}
@@ -65,4 +75,5 @@ def shell(request: HttpRequest) -> dict:
     if slug:
         context["project_nav"] = project_nav(slug, request.path)
         context["current_slug"] = slug
+        context["example_note"] = example_note(slug)
     return context

@@ -1,4 +1,4 @@
-"""Create the first login (password printed once) and the demo project."""
+"""Create the first login (password printed once) and the demo project with its example run."""
 
 from django.core.management.base import BaseCommand
 
@@ -11,8 +11,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--username", default="admin")
         parser.add_argument("--no-demo", action="store_true", help="Do not create the demo project.")
+        parser.add_argument("--no-example", action="store_true",
+                            help="Do not import the recorded example run into the demo project.")
 
-    def handle(self, *args, username: str, no_demo: bool, **options) -> None:
+    def handle(self, *args, username: str, no_demo: bool, no_example: bool = False, **options) -> None:
         from django.contrib.auth import get_user_model
 
         login = login_bootstrap(username)
@@ -25,3 +27,24 @@ class Command(BaseCommand):
             owner = get_user_model().objects.get(username=username)
             project = demo_seed(owner=owner)
             self.stdout.write(f"Demo project: {project.name} (/p/{project.slug}/)")
+            if not no_example:
+                self._import_example(project, owner)
+
+    def _import_example(self, project, owner) -> None:
+        from webapp.projects.example_run import (
+            ExampleRunMissing,
+            example_queue_create,
+            example_runs_import,
+        )
+
+        try:
+            result = example_runs_import(project=project, actor=owner)
+        except ExampleRunMissing as exc:
+            self.stderr.write(str(exc))
+            return
+        example_queue_create(project=project, result=result, actor=owner)
+        if result.created:
+            self.stdout.write(f"Example run: {result.created} stages of a recorded CPU-recipe run imported "
+                              f"(/p/{project.slug}/runs/).")
+        else:
+            self.stdout.write("Example run: already imported; nothing changed.")
