@@ -67,7 +67,9 @@ SHOTS: tuple[Shot, ...] = (
     Shot("compare", "/p/{slug}/runs/compare/?ids={baseline},{run}", action="chart"),
     Shot("experiments", "/p/{slug}/experiments/"),
     Shot("trajectories", "/p/{slug}/trajectories/?run={ex_eval}"),
-    Shot("inspector", "/p/{slug}/trajectories/{ex_failed}/"),
+    # The seeded run's trajectories keep their tasks, so the inspector shows the verifier's trace;
+    # the example run's events carry only task ids.
+    Shot("inspector", "/p/{slug}/trajectories/{failed}/"),
     Shot("group", "/p/{slug}/trajectories/{ex_group}/group/"),
     Shot("diff", "/p/{slug}/trajectories/diff/?a={ex_passed}&b={ex_failed}"),
     Shot("review", "/p/{slug}/review/"),
