@@ -65,7 +65,7 @@ def test_tiny_recipe_runs_every_stage_and_a_rerun_keeps_them(tmp_path):
     kept = {n.rsplit("/", 1)[1] for n in names}
     assert {"events.jsonl", "run.json", "COMPLETE"} <= kept <= {"events.jsonl", "run.json", "COMPLETE", "run_config.json"}
     assert any(n.startswith("grpo/checkpoints/step_") for n in names)
-    assert manifest["stages"]["grpo_held_out"]["held_out"]["step"] == 0
+    assert "success_rate" in manifest["stages"]["grpo_held_out"]["held_out"]
     assert json.loads((tmp_path / "packed" / "manifest.json").read_text()) == manifest
 
 
