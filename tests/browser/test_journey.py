@@ -236,13 +236,15 @@ def test_a_new_user_carries_the_workflow_to_a_promoted_checkpoint_and_back(
     grpo = Run.objects.get(pk=int(page.url.rstrip("/").rsplit("/", 1)[1]))
     chart = "[data-chart][data-names^='reward']"
     page.wait_for_selector(chart)
-    page.wait_for_function(f"() => Number(document.querySelector(\"{chart}\").dataset.points || 0) >= 1",
-                           timeout=STAGE_SECONDS * 1000)
-    first = int(page.locator(chart).get_attribute("data-points"))
+    # After the chart's first draw (points, or its "no points yet" note), it must gain points live:
+    # the run was still going when the page opened, and nothing reloads the page.
+    page.wait_for_function(f"() => {{ const el = document.querySelector(\"{chart}\");"
+                           " return el.dataset.points !== undefined || !!el.querySelector('.chart-empty'); }")
+    first = int(page.locator(chart).get_attribute("data-points") or 0)
+    assert first < TINY["grpo"]["max_steps"], "the chart was opened while the run was still going"
     page.wait_for_function(
         f"() => Number(document.querySelector(\"{chart}\").dataset.points || 0) > {first}",
         timeout=STAGE_SECONDS * 1000)
-    assert first < TINY["grpo"]["max_steps"], "the chart was opened while the run was still going"
     j.shot("grpo-chart-live")
 
     # The experiment ends with a candidate and its gate table.
