@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tarfile
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -56,7 +56,8 @@ def test_tiny_recipe_runs_every_stage_and_a_rerun_keeps_them(tmp_path):
 
     # Packed as the demo's example run is: only what the import reads, no weights.
     sys.path.insert(0, str(REPO_ROOT / "scripts"))
-    from record_example_run import STAGES as PACKED, pack
+    from record_example_run import STAGES as PACKED
+    from record_example_run import pack
 
     manifest = pack(tmp_path, tmp_path / "packed")
     with tarfile.open(tmp_path / "packed" / "cpu-recipe-example.tar.xz", "r:xz") as tar:

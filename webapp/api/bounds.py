@@ -92,3 +92,13 @@ Offset = Annotated[int, Field(ge=0, le=BIGINT_MAX)]
 Step = Annotated[int, Field(ge=-(2**31), le=INT32_MAX)]  # IntegerField
 Milliseconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Ratio = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+def text_field_problem(label: str, text: str, max_length: int) -> str | None:
+    """What is wrong with `text` for a form field called `label` (unstorable, or too long), or None."""
+    reason = unstorable_text_reason(text)
+    if reason:
+        return f"The {label} {reason}."
+    if len(text) > max_length:
+        return f"The {label} is {len(text)} characters long; at most {max_length} are allowed."
+    return None

@@ -217,6 +217,8 @@ async function replaceDocument(html, url) {
   stopClock();
   const evaluated = new Set(moduleScripts(document));
   document.open();  // also drops every listener of the document and the window
+  // `html` is this server's own rendered page for the form just posted (same origin, same CSP):
+  // its templates escape model output and user text, so writing it is what loading it would do.
   document.write(html);
   document.close();
   if (url && stripHash(url) !== stripHash(window.location.href)) window.history.replaceState(null, "", url);

@@ -30,7 +30,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from webapp.api.bounds import unstorable_text_reason
+from webapp.api.bounds import text_field_problem
 from webapp.dashboard.views.common import breadcrumbs_for
 from webapp.projects.access import get_project_or_404, has_role, role_in
 from webapp.projects.models import ROLE_RANK, ApiToken, Membership, Project, Role
@@ -186,13 +186,7 @@ def project_settings_page(request: HttpRequest, slug: str) -> HttpResponse:
 # ---------------------------------------------------------------------------------------
 
 
-def _text_problem(label: str, text: str, max_length: int) -> str | None:
-    reason = unstorable_text_reason(text)
-    if reason:
-        return f"The {label} {reason}."
-    if len(text) > max_length:
-        return f"The {label} is {len(text)} characters long; at most {max_length} are allowed."
-    return None
+_text_problem = text_field_problem
 
 
 def _find_user(username: str):

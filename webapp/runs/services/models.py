@@ -15,7 +15,7 @@ from pathlib import Path
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 
-from webapp.api.bounds import unstorable_text_reason
+from webapp.api.bounds import text_field_problem
 from webapp.projects.models import Project
 from webapp.projects.services import audit_log
 from webapp.runs.models import Experiment, ModelSpec, Run
@@ -49,13 +49,7 @@ class ModelSpecInUse(ValueError):
                          "runs keep the model they were trained or evaluated with.")
 
 
-def _text_problem(label: str, text: str, max_length: int) -> str | None:
-    reason = unstorable_text_reason(text)
-    if reason:
-        return f"The {label} {reason}."
-    if len(text) > max_length:
-        return f"The {label} is {len(text)} characters long; at most {max_length} are allowed."
-    return None
+_text_problem = text_field_problem
 
 
 def _is_folder(path: str | Path) -> bool:
