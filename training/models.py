@@ -209,6 +209,29 @@ def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}") from None
 
 
+HUB_KERNELS_VARIABLE = "USE_HUB_KERNELS"
+"""transformers' switch for layers replaced by kernels downloaded from the Hugging Face Hub."""
+
+
+def allow_hub_kernels(allowed: bool) -> None:
+    """Turn transformers' Hub kernels on or off for this process (config hub_kernels).
+
+    transformers 5.x kernelizes models loaded with from_pretrained by default, and
+    `model.train()` then fetches kernels such as kernels-community/rotary from the Hub: an
+    offline GPU worker fails there. Off unless a config asks, so nothing is downloaded at
+    train time that the person did not name.
+    """
+    os.environ[HUB_KERNELS_VARIABLE] = "1" if allowed else "0"
+
+
+def _from_pretrained_kwargs(source: Path | str, *, hub_kernels: bool) -> dict[str, Any]:
+    """Keyword arguments that keep a load local: no Hub kernels, no Hub lookups for a folder."""
+    kwargs: dict[str, Any] = {"use_kernels": hub_kernels}
+    if isinstance(source, Path):
+        kwargs["local_files_only"] = True
+    return kwargs
+
+
 def load_model_and_tokenizer(
     spec: str,
     *,
@@ -216,16 +239,23 @@ def load_model_and_tokenizer(
     dtype: str | torch.dtype | None = None,
     device: str | torch.device = "cpu",
     data_dir: str | Path | None = None,
+    hub_kernels: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer from a hub id, a folder, a .gguf file or an alias.
 
-    dtype None loads float32 on CPU (bf16 matmuls on CPU are done through autocast instead,
-    which keeps float32 master weights for the optimizer).
+    dtype None loads float32 (bf16 matmuls are then done through autocast, which keeps
+    float32 master weights for the optimizer); the runner asks for bfloat16 where the
+    weights stay frozen on a GPU (runner.weights_dtype). A local folder is read without any
+    Hub lookup, and Hub kernels stay off unless `hub_kernels`; only a Hugging Face id the
+    person named is downloaded.
     """
     source = resolve_model(spec, gguf_file=gguf_file, data_dir=data_dir)
-    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(source))
+    local = {"local_files_only": True} if isinstance(source, Path) else {}
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(source, **local))
     torch_dtype = parse_dtype(dtype) or torch.float32
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
+    model = AutoModelForCausalLM.from_pretrained(
+        source, dtype=torch_dtype, **_from_pretrained_kwargs(source, hub_kernels=hub_kernels)
+    )
     model.to(device)
     _align_special_tokens(model, tokenizer)
     return model, tokenizer

@@ -9,6 +9,7 @@ has not changed since.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +19,7 @@ from typing import Any, Literal, Protocol
 import torch
 from transformers import (
     GenerationConfig,
+    LlamaConfig,
     LogitsProcessor,
     LogitsProcessorList,
     StaticCache,
@@ -159,10 +161,15 @@ class _TokenLogprobRecorder(LogitsProcessor):
 
     def _collect(self, chosen: torch.Tensor) -> None:
         assert self.pending is not None
-        self.gathered.append(self.pending.gather(1, chosen[:, None]).squeeze(1).cpu())
+        # Stays on the logits' device: a copy to the host here would stall a GPU every token.
+        self.gathered.append(self.pending.gather(1, chosen[:, None].to(self.pending.device)).squeeze(1))
 
     def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
-        """(N, T) log-probs, once generation returned."""
+        """(N, T) log-probs on the logits' device, once generation returned.
+
+        `last_tokens` may live anywhere; it is moved to the logits' device, so a caller that
+        already copied the completions to the host cannot make the gather mix devices.
+        """
         if self.pending is None:
             raise RuntimeError("generate produced no tokens")
         self._collect(last_tokens)
@@ -245,6 +252,12 @@ class HFGenerateEngine:
     cache is copied n times into a preallocated cache, and generate continues from it, so the
     prompt is not recomputed for each of the n samples and the cache never grows by copying.
 
+    `compile`: let transformers' generate torch.compile the decoding step when it holds a
+    static cache on a GPU (config compile_generation). Off, generate never compiles: on an
+    H200 the compilation of a 135M model idled the GPU ~75 s per step for ~5 s of decoding,
+    and the cache width changed with each batch, so it compiled again. On, the preallocated
+    cache length is rounded up to a power of two, so a run compiles once per length bucket.
+
     `clock` times each completion's latency_ms (time.perf_counter; tests pass a counter).
     """
 
@@ -256,6 +269,7 @@ class HFGenerateEngine:
         *,
         autocast: bool = False,
         share_prefill: bool = True,
+        compile: bool = False,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.model = model
@@ -263,6 +277,7 @@ class HFGenerateEngine:
         self.device = torch.device(device)
         self.autocast = autocast
         self.share_prefill = share_prefill
+        self.compile = compile
         self.clock = clock
         self.stops = stop_token_ids(tokenizer, model)
         self.pad_id = padding_id(tokenizer, model)
@@ -313,9 +328,11 @@ class HFGenerateEngine:
                 stopping_criteria=StoppingCriteriaList([clock]),
                 **extra,
             )
-        sequences = out if isinstance(out, torch.Tensor) else out.sequences  # (B*n, L+T)
-        completions = sequences[:, ids.shape[1] :].cpu()  # (B*n, T)
-        return completions, recorder.finish(completions[:, -1]), clock.seconds()
+        sequences = out if isinstance(out, torch.Tensor) else out.sequences  # (B*n, L+T), on device
+        completions = sequences[:, ids.shape[1] :]  # (B*n, T)
+        logprobs = recorder.finish(completions[:, -1])  # (B*n, T), same device
+        # The one deliberate copy to the host: packaging turns rows into Python lists.
+        return completions.cpu(), logprobs.cpu(), clock.seconds()
 
     def _prefills(self, ids: torch.Tensor, n: int) -> bool:
         """Prefill ourselves when it saves work: n copies of a prompt, or a cache we can preallocate."""
@@ -340,10 +357,26 @@ class HFGenerateEngine:
             logits_to_keep=1,
         )
         prompt_cache = getattr(out, "cache", None) or out.past_key_values
-        if not has_plain_kv_cache(self.model):  # sliding windows, recurrent state: copy as is
+        if not has_plain_kv_cache(self.model) or not self._static_cache_fits():
+            # Sliding windows, recurrent state, or keys and values of two dtypes that this
+            # transformers' StaticCache would allocate as one: copy the grown cache as is.
             prompt_cache.batch_repeat_interleave(n)
             return prompt_cache
-        return _preallocated_copy(prompt_cache, self.model.config, n, ids.shape[1] + max_new_tokens)
+        length = ids.shape[1] + max_new_tokens
+        return _preallocated_copy(prompt_cache, self.model.config, n, bucketed(length) if self.compile else length)
+
+    def _static_cache_fits(self) -> bool:
+        """Whether a preallocated cache can hold what generation will write into it.
+
+        A bf16 model, or no autocast, writes keys and values of one dtype. A float32 model
+        under bf16 autocast writes bf16 values and float32 keys (rotary embeddings promote
+        them), which only a StaticCache that allocates each in its own dtype can take. The
+        prompt's own cache cannot tell: transformers 5.18 promotes its values to the keys'
+        dtype on the first write, and generation then writes bf16.
+        """
+        if not self.autocast or getattr(self.model, "dtype", None) == torch.bfloat16:
+            return True
+        return _static_layer_splits_dtypes()
 
     def _generation_config(self, params: SamplingParams) -> GenerationConfig:
         """Only what we ask for: no processors from the model's own generation config."""
@@ -360,6 +393,7 @@ class HFGenerateEngine:
             eos_token_id=self.stops,
             pad_token_id=self.pad_id,
             use_cache=True,
+            disable_compile=not self.compile,
             **sampling,
         )
 
@@ -407,8 +441,40 @@ def has_plain_kv_cache(model: Any) -> bool:
     return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
+def bucketed(length: int) -> int:
+    """The next power of two >= length (at least 64): few distinct shapes for a compiled step."""
+    return max(64, 1 << (max(length, 1) - 1).bit_length())
+
+
+@functools.cache
+def _static_layer_splits_dtypes() -> bool:
+    """Whether this transformers' StaticCache allocates values in their own dtype.
+
+    Under bf16 autocast a float32 model writes bf16 values but float32 keys (rotary
+    embeddings promote them). transformers 5.25 allocates each tensor in its own dtype;
+    4.57 to 5.17 allocate both in the keys' dtype and then fail with "index_copy_(): self and
+    source expected to have the same dtype". Asked of the installed version by writing one
+    position, rather than by a version number.
+    """
+    probe = StaticCache(config=_PROBE_CONFIG, max_cache_len=2)
+    keys = torch.zeros(1, 1, 1, 2, dtype=torch.float32)
+    try:
+        probe.update(keys, keys.to(torch.bfloat16), 0, {"cache_position": torch.tensor([0])})
+    except RuntimeError:
+        return False
+    return probe.layers[0].values.dtype == torch.bfloat16
+
+
+_PROBE_CONFIG = LlamaConfig(hidden_size=2, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
+                            vocab_size=2, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
 def _preallocated_copy(cache: Any, config: Any, n: int, max_len: int) -> StaticCache:
-    """A StaticCache of max_len positions holding n consecutive copies of each row of `cache`."""
+    """A StaticCache of max_len positions holding n consecutive copies of each row of `cache`.
+
+    Its tensors take the dtype (and device) of the keys and values the prompt wrote, which are
+    the ones generation goes on writing: the cache is allocated in the dtype generation writes.
+    """
     static = StaticCache(config=config, max_cache_len=max_len)
     for index, layer in enumerate(cache.layers):
         static.update(layer.keys.repeat_interleave(n, dim=0), layer.values.repeat_interleave(n, dim=0), index)

@@ -29,12 +29,15 @@ from training.data import TaskSource
 from training.events import EventWriter
 from training.models import (
     SMOLLM2_PACKAGE,
+    allow_hub_kernels,
     apply_lora,
     bf16_supported,
     load_model_and_tokenizer,
+    parse_dtype,
     prepare_tokenizer,
 )
 from training.rollout import HFGenerateEngine, RolloutEngine
+from training.system_metrics import SystemMonitor
 
 DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -63,7 +66,9 @@ def rollout_engine(job: Job) -> RolloutEngine:
 
             engine = VLLMEngine.from_model(job.model, job.tokenizer, seed=job.cfg.seed)
         else:
-            engine = HFGenerateEngine(job.model, job.tokenizer, job.device, autocast=job.autocast)
+            engine = HFGenerateEngine(
+                job.model, job.tokenizer, job.device, autocast=job.autocast, compile=job.cfg.compile_generation
+            )
         job.extra["engine"] = engine
     return engine
 
@@ -86,6 +91,8 @@ class Job:
     agent: AgentLoopConfig
     reference: Any | None = None
     """A frozen copy of the initial weights: full fine-tuning with a KL / DPO reference only."""
+    monitor: SystemMonitor = field(default_factory=lambda: SystemMonitor("cpu"))
+    """Device and host use per step and per evaluation (system/* metrics)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -123,6 +130,25 @@ def wants_autocast(bf16: str | bool, device: torch.device) -> bool:
     return bool(bf16)
 
 
+def weights_frozen(cfg: RunConfig) -> bool:
+    """Whether the loaded weights never change: an eval, or training LoRA adapters on top."""
+    return cfg.kind == "eval" or cfg.adapter == "lora"
+
+
+def weights_dtype(cfg: RunConfig, device: torch.device, autocast: bool) -> torch.dtype:
+    """The dtype the model loads in (config base_dtype; see its description for the rule).
+
+    A frozen base needs no float32 master copy, so on a GPU with bf16 it loads in bf16: half
+    the memory, and no cast of every weight in every autocast matmul. On a CPU it stays
+    float32, which is what the CPU recipe's numbers were measured with.
+    """
+    if cfg.base_dtype != "auto":
+        return parse_dtype(cfg.base_dtype)
+    if device.type == "cuda" and autocast and weights_frozen(cfg):
+        return torch.bfloat16
+    return torch.float32
+
+
 # ---------------------------------------------------------------------------------------
 # Model
 # ---------------------------------------------------------------------------------------
@@ -149,7 +175,9 @@ def _check_checkpoint_folder(folder: Path) -> None:
         )
 
 
-def load_policy(cfg: RunConfig, device: torch.device, *, trainable: bool) -> tuple[Any, Any, bool]:
+def load_policy(
+    cfg: RunConfig, device: torch.device, *, trainable: bool, dtype: torch.dtype = torch.float32
+) -> tuple[Any, Any, bool]:
     """(model, tokenizer, is_lora): the base model, init_checkpoint on top, LoRA when training.
 
     Not trainable (eval): LoRA adapters of init_checkpoint are merged, so is_lora is False.
@@ -158,12 +186,13 @@ def load_policy(cfg: RunConfig, device: torch.device, *, trainable: bool) -> tup
     if init is not None:
         _check_checkpoint_folder(init)
     full_init = init is not None and not is_adapter_checkpoint(init)
+    load = {"device": device, "dtype": dtype, "hub_kernels": cfg.hub_kernels}
     if full_init:
-        model, tokenizer = load_model_and_tokenizer(str(init), device=device)
+        model, tokenizer = load_model_and_tokenizer(str(init), **load)
     elif cfg.model_gguf_file:  # that GGUF file of the repo, never the offline default
-        model, tokenizer = load_model_and_tokenizer(cfg.model, gguf_file=cfg.model_gguf_file, device=device)
+        model, tokenizer = load_model_and_tokenizer(cfg.model, gguf_file=cfg.model_gguf_file, **load)
     else:
-        model, tokenizer = load_model_and_tokenizer(model_source(cfg.model), device=device)
+        model, tokenizer = load_model_and_tokenizer(model_source(cfg.model), **load)
     if init is not None and is_adapter_checkpoint(init):
         from peft import PeftModel
 
@@ -237,13 +266,16 @@ def build_job(
 ) -> Job:
     """Seed, pick the device, load the model (or take the given one), environment and verifier."""
     seed_everything(cfg.seed)
+    allow_hub_kernels(cfg.hub_kernels)
     data = tasks or TaskSource(cfg.dataset, cfg.environment, cfg.max_tasks)
     for split in required_splits(cfg):
         data.split(split)
     device = resolve_device(cfg.device)
+    autocast = wants_autocast(cfg.bf16, device)
     trainable = cfg.kind != "eval"
     if model is None:
-        model, tokenizer, is_lora = load_policy(cfg, device, trainable=trainable)
+        dtype = weights_dtype(cfg, device, autocast)
+        model, tokenizer, is_lora = load_policy(cfg, device, trainable=trainable, dtype=dtype)
     else:
         if tokenizer is None:
             raise JobError("a model passed to build_job needs its tokenizer too")
@@ -261,7 +293,7 @@ def build_job(
         run_dir=Path(run_dir),
         events=events,
         device=device,
-        autocast=wants_autocast(cfg.bf16, device),
+        autocast=autocast,
         model=model,
         tokenizer=tokenizer,
         env=env,
@@ -270,6 +302,7 @@ def build_job(
         is_lora=is_lora,
         agent=agent_config(cfg, env),
         reference=reference,
+        monitor=SystemMonitor(device),
     )
 
 

@@ -227,6 +227,7 @@ def run_supervised(job: Job, items: Sequence[Any], micro_loss: MicroLoss) -> dic
     progress = _ProgressBar(total, start)
     metrics: dict[str, Any] = {}
     for step in range(start + 1, total + 1):
+        job.monitor.start()
         started = time.perf_counter()
         job.model.train()
         # Similar lengths share a micro-batch (less padding); every micro-loss divides by
@@ -256,8 +257,10 @@ def run_supervised(job: Job, items: Sequence[Any], micro_loss: MicroLoss) -> dic
             "epoch": step * per_step / len(items),
             "tokens_per_second": tokens / max(seconds, 1e-9),
             "timing/step": seconds,
+            "timing/training": seconds,
             "cost/device_seconds": seconds,
             "cost/trained_tokens": float(tokens),
+            **job.monitor.sample(),
         }
         job.events.metric(step, metrics, split="train")
         if validation_due(cfg, step, total):

@@ -27,7 +27,8 @@ from django.conf import settings
 from webapp.runs.models import Run
 from webapp.runs.services.ingest import EventIngestor, discard_superseded_rows
 from webapp.runs.services.run_config import run_process_config
-from workers.runner import JobContext, handler
+from workers.registration import detect_gpus
+from workers.runner import JobContext, handler, worker_name
 
 POLL_SECONDS = 0.5
 STDERR_TAIL_LINES = 100
@@ -42,6 +43,23 @@ class TrainingProcessFailed(RuntimeError):
     pass
 
 
+class DeviceUnavailable(RuntimeError):
+    """The run asks for a device this worker does not have; said before the process starts."""
+
+
+def refuse_device_this_worker_lacks(config: dict, *, worker_gpus: list[dict]) -> None:
+    """A `device: cuda` run on a worker without a GPU fails now, with what to do, not mid-run.
+
+    `auto` runs anywhere (cuda where there is one, else cpu), so only an explicit cuda is refused.
+    """
+    if config.get("device") == "cuda" and not worker_gpus:
+        raise DeviceUnavailable(
+            f"this run asks for device 'cuda' but worker {worker_name()} has no CUDA GPU visible to torch. "
+            "Start a GPU worker for the train and rollout queues (docs/deploy.md, then "
+            "`python -m training gpu-check` on it), or set the run's device to auto or cpu."
+        )
+
+
 def _training_command(config_path: Path, run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "training", "run", "--config", str(config_path), "--out", str(run_dir)]
 
@@ -52,8 +70,10 @@ def run_training_process(ctx: JobContext) -> None:
     )
     run_dir = run_dir_for(run)
     run_dir.mkdir(parents=True, exist_ok=True)
+    config = run_process_config(run, run_dir)
+    refuse_device_this_worker_lacks(config, worker_gpus=detect_gpus())
     config_path = run_dir / "run.json"
-    config_path.write_text(json.dumps(run_process_config(run, run_dir), indent=2))
+    config_path.write_text(json.dumps(config, indent=2))
     resumed_from = _latest_checkpoint_step(run_dir)
     discard_superseded_rows(run, resumed_from=resumed_from)
     if resumed_from is not None:

@@ -104,6 +104,21 @@ def test_panels_follow_the_recorded_metrics():
     assert "KL to the reference" not in panels
 
 
+def test_system_metrics_get_their_own_panels_per_split():
+    recorded = [("train", "system/cpu_percent"), ("train", "system/memory_rss_mb"),
+                ("train", "system/gpu_memory_peak_mb"), ("train", "system/gpu_utilization_percent"),
+                ("validation", "system/memory_rss_mb"), ("train", "timing/scoring"),
+                ("train", "generation/tokens_per_second"), ("validation", "timing/generation")]
+    panels = {p.title: p for p in run_panels(recorded)}
+    assert panels["System: memory, MiB (train)"].names == ["system/memory_rss_mb", "system/gpu_memory_peak_mb"]
+    assert panels["System: utilisation, % (train)"].names == ["system/cpu_percent", "system/gpu_utilization_percent"]
+    assert panels["System: memory, MiB (validation)"].names == ["system/memory_rss_mb"]
+    assert panels["Time per step (s)"].names == ["timing/scoring"]
+    assert panels["Throughput (tokens/s)"].names == ["generation/tokens_per_second"]
+    assert panels["Evaluation time (s)"].names == ["timing/generation"]
+    assert not any(title.endswith("(held_out)") for title in panels)
+
+
 def test_config_rows_flag_differences_and_missing_keys():
     rows = {r["key"]: r for r in config_rows([{"lr": 1, "seed": 2}, {"lr": 2, "seed": 2, "beta": 0.1}])}
     assert rows["lr"]["differs"] and not rows["seed"]["differs"]

@@ -47,6 +47,11 @@ class Panel:
     step_link: bool = False
 
 
+# System metrics (training/system_metrics.py): host and GPU memory, CPU and GPU utilisation.
+SYSTEM_MEMORY = ["system/memory_rss_mb", "system/gpu_memory_allocated_mb", "system/gpu_memory_peak_mb",
+                 "system/gpu_memory_reserved_mb"]
+SYSTEM_UTILISATION = ["system/cpu_percent", "system/gpu_utilization_percent"]
+
 # The run page's panels, in UI.md's order. A panel appears when the run recorded any of its
 # metrics; prefixes (ending in "/") gather every metric that starts with them.
 PANEL_SPECS: list[tuple[str, str, list[str], str, bool]] = [
@@ -65,9 +70,15 @@ PANEL_SPECS: list[tuple[str, str, list[str], str, bool]] = [
     ("Truncated completions", "train", ["completions/clipped_ratio"], "", True),
     ("Groups with no reward spread (no gradient)", "train", ["frac_reward_zero_std"], "", True),
     ("Tool calls", "train", ["tools/call_frequency", "tools/failure_frequency", "num_turns/mean"], "", True),
-    ("Throughput (tokens/s)", "train", ["tokens_per_second"], "", True),
+    ("Throughput (tokens/s)", "train", ["tokens_per_second", "generation/"], "", True),
     ("Time per step (s)", "train", ["timing/"], "", True),
     ("Learning rate", "train", ["lr"], "", True),
+    *(spec for split in ("train", "validation", "held_out") for spec in (
+        (f"System: memory, MiB ({split})", split, SYSTEM_MEMORY, "", split == "train"),
+        (f"System: utilisation, % ({split})", split, SYSTEM_UTILISATION, "", split == "train"),
+    )),
+    ("Evaluation time (s)", "validation", ["timing/"], "", False),
+    ("Evaluation throughput (tokens/s)", "validation", ["generation/"], "", False),
 ]
 
 
