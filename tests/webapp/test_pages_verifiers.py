@@ -344,7 +344,7 @@ def test_hostile_text_is_escaped_on_every_page(client, project_team):
                            config={"code": code}, actor=editor)
     verifier_update_config(verifier=mine, config={"code": code + f"# {XSS[2]}\n"}, actor=editor)
     judge = verifier_create(project=project, name="judge", kind="llm_judge", actor=editor,
-                            config={"base_url": "http://127.0.0.1:9/v1", "model": SCRIPT, "rubric": SCRIPT})
+                            config={"base_url": "https://judge.example/v1", "model": SCRIPT, "rubric": SCRIPT})
     check = check_create(version=run.verifier_version, actor=editor, size=10, run=run, seed=1)
     check_score_pending(check)
     item = VerifierCheckItem.objects.filter(sanity_check=check, trajectory__task_key__contains="<script>").first()

@@ -129,7 +129,8 @@ def test_python_code_scores_in_the_sandbox_and_shows_what_it_printed(client, pro
     assert _verdict(body)["bucket"] == "verifier_error" and "ValueError" in body
 
 
-def test_an_unreachable_judge_is_a_verifier_error_not_a_zero(client, project_team, setup):
+def test_an_unreachable_judge_is_a_verifier_error_not_a_zero(client, project_team, setup, settings):
+    settings.CRUCIBLE_JUDGE_ALLOW_LOOPBACK = True  # the operator allows a judge on this machine
     judge = verifier_create(project=project_team["project"], name="judge", kind="llm_judge", actor=project_team["editor"],
                             config={"base_url": "http://127.0.0.1:9/v1", "model": "m", "rubric": "Be right.",
                                     "timeout_seconds": 2})

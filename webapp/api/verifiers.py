@@ -42,7 +42,7 @@ from webapp.verifiers.playground import (
     trajectory_from_turns,
 )
 from webapp.verifiers.selectors import latest_checks, run_counts
-from webapp.verifiers.services import verifier_create, verifier_update_config
+from webapp.verifiers.services import VerifierNameTaken, verifier_create, verifier_update_config
 
 router = Router(tags=["verifiers"])
 
@@ -232,18 +232,23 @@ def list_verifiers(request, slug: str):
              summary="Create a verifier (its v1)")
 def create_verifier(request, slug: str, body: VerifierIn):
     """A new verifier of a registry kind; its config becomes v1 (validated against the kind's JSON schema).
-    Field errors come back by config path (`config.timeout_seconds`). Editors and owners."""
+    Field errors come back by config path (`config.timeout_seconds`); a name already in use is a 422 on
+    `name`, also for the losers of concurrent creations. An llm_judge config must pass the operator's
+    judge policy (allowed hosts, configured judge keys). Editors and owners."""
     project = get_project_or_404(request.user, slug, Role.EDITOR)
     kinds = [k["name"] for k in config_form.kind_entries() if k["available"]]
     if body.kind not in kinds:
         return _field_errors({"kind": f"Choose one of {', '.join(kinds)}."})
     if Verifier.objects.filter(project=project, name=body.name).exists():
-        return _field_errors({"name": f"This project already has a verifier named {body.name!r}."})
+        return _field_errors({"name": str(VerifierNameTaken(body.name))})
     problems = config_form.config_problems(body.kind, body.config)
     if problems:
         return _field_errors({f"config.{k}" if k else "config": v for k, v in problems.items()})
-    verifier = verifier_create(project=project, name=body.name, kind=body.kind, config=body.config,
-                               actor=request.user, description=body.description)
+    try:
+        verifier = verifier_create(project=project, name=body.name, kind=body.kind, config=body.config,
+                                   actor=request.user, description=body.description)
+    except VerifierNameTaken as exc:  # a concurrent request created it between the check and now
+        return _field_errors({"name": str(exc)})
     return Status(201, _detail(verifier))
 
 

@@ -27,7 +27,13 @@ from environments.registry import (
     canonical_verifier_name,
     list_verifiers,
 )
-from webapp.api.bounds import json_problem, unstorable_text_reason
+from webapp.api.bounds import (
+    JsonInputError,
+    json_loads_bounded,
+    json_problem,
+    unstorable_text_reason,
+)
+from webapp.verifiers.judge import JUDGE_KIND, judge_config_problems
 from webapp.verifiers.services import validate_verifier_config
 
 # Display hints only (which strings are long text), not a copy of any schema.
@@ -175,9 +181,11 @@ def _parse(spec: ConfigField, raw: str) -> Any:
         return int(value) if value.is_integer() and "." not in raw and "e" not in raw.lower() else value
     if spec.widget == "json":
         try:
-            return json.loads(raw)
+            return json_loads_bounded(raw)
         except json.JSONDecodeError as exc:
             raise FieldProblem(f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+        except JsonInputError as exc:  # nested too deep for the server to walk, or NaN / Infinity
+            raise FieldProblem(f"this JSON cannot be used: {exc}") from None
     return raw
 
 
@@ -247,6 +255,10 @@ def config_problems(kind: str, config: Any) -> dict[str, str]:
         errors.setdefault(path, f"{error.message[:300]}.")
     if errors:
         return errors
+    if canonical_verifier_name(kind) == JUDGE_KIND:
+        errors = judge_config_problems(config)
+        if errors:
+            return errors
     try:
         validate_verifier_config(kind, config)
     except (ConfigError, RegistryError) as exc:

@@ -24,7 +24,12 @@ from environments.registry import get_verifier
 from environments.types import Task as EnvTask
 from environments.types import ToolSpec, VerifyResult
 from environments.types import Trajectory as EnvTrajectory
-from webapp.api.bounds import json_problem, unstorable_text_reason
+from webapp.api.bounds import (
+    JsonInputError,
+    json_loads_bounded,
+    json_problem,
+    unstorable_text_reason,
+)
 from webapp.trajectories.services.verification import bucket_of
 from webapp.trajectories.timeline import (
     CallPair,
@@ -86,10 +91,20 @@ def task_from_data(data: Any, field: str = "task_json") -> EnvTask:
                    metadata=metadata)
 
 
+def _loads(text: str, field: str, what: str) -> Any:
+    """Pasted JSON, refused (never a RecursionError) when it nests too deep or holds NaN or Infinity."""
+    try:
+        return json_loads_bounded(text)
+    except json.JSONDecodeError:
+        raise
+    except JsonInputError as exc:
+        raise InputError(field, f"{what} cannot be used: {exc}.") from None
+
+
 def task_from_json(text: str) -> EnvTask:
     _checked_text(text, "task_json", MAX_TASK_JSON_CHARS)
     try:
-        data = json.loads(text)
+        data = _loads(text, "task_json", "The task")
     except json.JSONDecodeError as exc:
         raise InputError("task_json", f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).") from None
     return task_from_data(data)
@@ -130,7 +145,7 @@ def trajectory_from_output(output: str, fmt: str = "auto", *, truncated: bool = 
         raise InputError("output_format", f"Choose one of {', '.join(OUTPUT_FORMATS)}.")
     if fmt in ("auto", "turns"):
         try:
-            parsed = _turns_from(json.loads(output))
+            parsed = _turns_from(_loads(output, "output", "The output (read as JSON turns)"))
         except json.JSONDecodeError as exc:
             if fmt == "turns":
                 raise InputError("output", f"Not valid JSON turns: {exc.msg} (line {exc.lineno}, "

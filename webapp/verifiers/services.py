@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from webapp.projects.models import Project
@@ -17,17 +17,40 @@ def config_hash(kind: str, config: dict) -> str:
     return hashlib.sha256(json.dumps([kind, config], sort_keys=True).encode()).hexdigest()
 
 
-def validate_verifier_config(kind: str, config: dict) -> str:
-    """Check the config against the registry's schema; returns the built-in verifier's version."""
-    from environments.registry import get_verifier
+class VerifierNameTaken(ValueError):
+    """The project already has a verifier of this name (found first, or lost a race to create it)."""
 
+    def __init__(self, name: str) -> None:
+        super().__init__(f"This project already has a verifier named {name!r}: add a version to it instead.")
+
+
+def validate_verifier_config(kind: str, config: dict) -> str:
+    """Check the config against the registry's schema; returns the built-in verifier's version.
+
+    An llm_judge config must also pass the operator's policy here (host and judge key), so no
+    write path can store a judge that points at an internal address or names a server secret.
+    """
+    from environments.registry import ConfigError, canonical_verifier_name, get_verifier
+    from webapp.verifiers.judge import JUDGE_KIND, judge_config_problems
+
+    if canonical_verifier_name(kind) == JUDGE_KIND and isinstance(config, dict):
+        problems = judge_config_problems(config)
+        if problems:
+            raise ConfigError("; ".join(f"{key}: {message}" for key, message in problems.items()))
     return get_verifier(kind, config).version
 
 
 @transaction.atomic
 def verifier_create(*, project: Project, name: str, kind: str, config: dict, actor, description: str = "") -> Verifier:
+    """A verifier and its v1; VerifierNameTaken when the name is in use, also when a concurrent request won."""
     kind_version = validate_verifier_config(kind, config)
-    verifier = Verifier.objects.create(project=project, name=name, kind=kind, description=description)
+    try:
+        with transaction.atomic():  # a savepoint: the unique name decides a race, not the check before it
+            verifier = Verifier.objects.create(project=project, name=name, kind=kind, description=description)
+    except IntegrityError:
+        if Verifier.objects.filter(project=project, name=name).exists():
+            raise VerifierNameTaken(name) from None
+        raise
     _add_version(verifier, config, kind_version, actor)
     return verifier
 

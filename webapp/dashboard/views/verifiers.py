@@ -43,6 +43,7 @@ from webapp.verifiers.checks import (
     check_score_pending,
     check_summary,
 )
+from webapp.verifiers.judge import JUDGE_KIND, judge_setup_summary
 from webapp.verifiers.models import (
     SampleMethod,
     Verifier,
@@ -65,7 +66,7 @@ from webapp.verifiers.selectors import (
     verifier_rows,
     version_rows,
 )
-from webapp.verifiers.services import verifier_create, verifier_update_config
+from webapp.verifiers.services import VerifierNameTaken, verifier_create, verifier_update_config
 
 # The keys that pick a bucket in the keyboard pass: 1-9 then 0, in FAILURE_BUCKETS' order (as in review).
 BUCKET_KEYS = [str(n) for n in range(1, 10)] + ["0"]
@@ -221,6 +222,7 @@ def _render_form(request, project, *, verifier, kind, top, values, errors, statu
         "errors": errors, "fields": fields, "base": base,
         "general_errors": config_form.unknown_error_keys(kind, errors) if errors else {},
         "kind_info": next((k for k in _kinds() if k["name"] == kind), None),
+        "judge_setup": judge_setup_summary() if kind == JUDGE_KIND else None,
     }
     if verifier is None:
         context["breadcrumbs"] = _crumbs(project, ("New verifier", None))
@@ -248,7 +250,7 @@ def verifier_new_page(request: HttpRequest, slug: str) -> HttpResponse:
     if not name or len(name) > 200 or unstorable_text_reason(name):
         errors["name"] = "Give the verifier a name (at most 200 characters, no NUL)."
     elif Verifier.objects.filter(project=project, name=name).exists():
-        errors["name"] = f"This project already has a verifier named {name!r}: add a version to it instead."
+        errors["name"] = str(VerifierNameTaken(name))
     description = request.POST.get("description", "")
     if len(description) > 10_000 or unstorable_text_reason(description):
         errors["description"] = "At most 10,000 characters, no NUL."
@@ -257,8 +259,12 @@ def verifier_new_page(request: HttpRequest, slug: str) -> HttpResponse:
     if errors:
         return _render_form(request, project, verifier=None, kind=kind, top=top, values=values, errors=errors,
                             status=422)
-    verifier = verifier_create(project=project, name=name, kind=kind, config=config, actor=request.user,
-                               description=description)
+    try:
+        verifier = verifier_create(project=project, name=name, kind=kind, config=config, actor=request.user,
+                                   description=description)
+    except VerifierNameTaken as exc:  # a concurrent request created it between the check and now
+        return _render_form(request, project, verifier=None, kind=kind, top=top, values=values,
+                            errors={"name": str(exc)}, status=422)
     messages.success(request, f"Verifier {verifier.name} created (v1). Try it in the playground, then sanity-check it.")
     return redirect("dashboard:verifier_version", slug=slug, verifier_id=verifier.pk, number=1)
 
