@@ -11,31 +11,46 @@ from __future__ import annotations
 from pathlib import Path
 
 from webapp.runs.models import Checkpoint
+from webapp.runs.paths import (
+    checkpoint_folder,
+    local_path,
+    run_folder,
+    strictly_inside,
+    weights_problem,
+)
 from workers.runner import JobContext, handler
 
 
 class ExportUnavailable(RuntimeError):
-    """The checkpoint's folder cannot be read: deleted by retention, or never on this host."""
+    """The checkpoint's folder cannot be read: deleted by retention, or not in its run's folder on this server."""
 
 
 def _is_complete_export(out: Path) -> bool:
     return (out / "config.json").is_file()
 
 
+def _output_folder(checkpoint: Checkpoint, location: str) -> Path:
+    """Where the merged model goes: the payload's folder, only if it is inside the checkpoint's run folder."""
+    path = local_path(location)
+    if path is None or not strictly_inside(path, run_folder(checkpoint.run)):
+        raise ExportUnavailable(f"the export's output folder {location!r} is not inside the folder of run "
+                                f"{checkpoint.run_id} on this server; export the checkpoint again from its page.")
+    return path
+
+
 @handler("export")
 def run_export(ctx: JobContext) -> None:
     checkpoint = Checkpoint.objects.select_related("run").get(pk=ctx.payload["checkpoint_id"])
-    source = Path(ctx.payload.get("source") or checkpoint.storage_uri)
-    out = Path(ctx.payload["out"])
+    what = f"checkpoint {checkpoint.pk} ({checkpoint.run.name}, step {checkpoint.step})"
+    out = _output_folder(checkpoint, str(ctx.payload.get("out", "")))
     if _is_complete_export(out):
         ctx.log(f"{out} holds a complete export already (an earlier attempt wrote it)")
         ctx.set_progress(1.0)
         return
-    if not source.is_dir():
-        raise ExportUnavailable(
-            f"the folder of checkpoint {checkpoint.pk} ({checkpoint.run.name}, step {checkpoint.step}) is gone: "
-            f"{source}. Training keeps only the best checkpoints of a run (keep_top_k)."
-        )
+    # The checkpoint's own folder, by the one rule (webapp.runs.paths); never a path from the payload.
+    source, state = checkpoint_folder(checkpoint)
+    if source is None:
+        raise ExportUnavailable(weights_problem(state, what, checkpoint.storage_uri))
     ctx.check()
     ctx.log(f"merging {source} into its base model; writing {out}")
     ctx.set_progress(0.1)

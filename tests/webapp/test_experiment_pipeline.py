@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from django.conf import settings
 
 from webapp.datasets.services import dataset_create
 from webapp.runs.models import Experiment, ModelSpec, Run
@@ -42,7 +45,9 @@ def _finish_stage(experiment: Experiment, stage: str, *, metrics: dict | None = 
     if metrics:
         events.append({"type": "metric", "step": 0, "split": split, "metrics": metrics})
     for step, ckpt_metrics in checkpoints:
-        events.append({"type": "checkpoint", "step": step, "path": f"/ckpt/{run.pk}/{step}", "kind": "adapter",
+        folder = Path(settings.CRUCIBLE_RUNS_DIR) / run.folder_name / "checkpoints" / f"step_{step}"
+        folder.mkdir(parents=True, exist_ok=True)  # the weights are on this server, as a worker here leaves them
+        events.append({"type": "checkpoint", "step": step, "path": str(folder), "kind": "adapter",
                        "content_hash": "h", "metrics": ckpt_metrics})
     EventIngestor(run, attempt=claimed.attempt).ingest(events)
     if fail:

@@ -85,6 +85,9 @@ class CheckpointRowOut(Schema):
     aliases: list[str]
     kept: bool = Field(description="The run's keep_top_k retention keeps this checkpoint's folder (derived from "
                                    "the run's config and recorded metrics).")
+    folder: str = Field(description="Whether this server holds the checkpoint's weights: present (downloadable), "
+                                    "gone (deleted by retention) or elsewhere (its path is outside its run's folder "
+                                    "on this server, e.g. an imported run's: kept as a record, never opened).")
 
 
 class AliasRowOut(Schema):

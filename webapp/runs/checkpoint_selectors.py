@@ -32,6 +32,7 @@ from webapp.runs.models import (
     MetricPoint,
     Run,
 )
+from webapp.runs.paths import checkpoint_folder
 
 VALIDATION_PREFIX = "validation/"
 HELD_OUT_PREFIX = "held_out/"
@@ -74,7 +75,9 @@ class CheckpointRow:
     gates compared). baseline: the experiment's baseline held-out metrics; deltas:
     held_out - baseline for every metric both have. kept: whether the run's keep_top_k
     retention keeps its folder (see `kept_steps`: derived from the run's config and the
-    recorded metrics, since nothing records the deletion itself).
+    recorded metrics, since nothing records the deletion itself). folder: whether this
+    server holds its weights (webapp.runs.paths: "present", "gone", or "elsewhere" for a
+    path outside its run's folder, e.g. an imported run's, kept as a record only).
     """
 
     id: int
@@ -93,6 +96,7 @@ class CheckpointRow:
     gates: GateView
     aliases: list[str]
     kept: bool
+    folder: str
 
 
 def checkpoint_table(project: Project, *, run: Run | None = None, after: str | None = None,
@@ -144,7 +148,7 @@ def _row(checkpoint: Checkpoint, *, experiment: Experiment | None, held_out: Map
         kind=checkpoint.kind, storage_uri=checkpoint.storage_uri, content_hash=checkpoint.content_hash,
         created_at=checkpoint.created_at, validation=_prefixed(own, VALIDATION_PREFIX), held_out=candidate,
         baseline=baseline, deltas=deltas, gates=gate_view(experiment), aliases=aliases,
-        kept=checkpoint.step in kept,
+        kept=checkpoint.step in kept, folder=checkpoint_folder(checkpoint)[1],
     )
 
 

@@ -39,6 +39,7 @@ from webapp.runs.checkpoint_selectors import (
     checkpoint_table,
 )
 from webapp.runs.models import Checkpoint, CheckpointAlias, Job, JobState, Run
+from webapp.runs.paths import checkpoint_folder
 from webapp.runs.services.exports import (
     ExportRefused,
     checkpoint_export_start,
@@ -51,8 +52,8 @@ from webapp.runs.services.promotion import (
     GatesNotPassed,
     InvalidAliasName,
     alias_rollback,
-    checkpoint_gate_status,
     checkpoint_promote,
+    promotion_check,
 )
 
 PAGE_SIZE = 50
@@ -113,7 +114,7 @@ def _table_rows(project: Project, checkpoints: list[CheckpointRow]) -> list[Tabl
             validation=[c.validation.get(name) for name, _ in MAIN_METRICS],
             held_out=[MetricCell(c.held_out.get(name), c.deltas.get(name)) for name, _ in MAIN_METRICS],
             failing_gates=[g.get("gate", "?") for g in c.gates.rows if not g.get("passed")],
-            folder=local_folder(c.storage_uri)[1],
+            folder=c.folder,
             export=exports.get(c.id),
         ))
     return rows
@@ -292,13 +293,14 @@ def _promotion_errors(checkpoint: Checkpoint, data: dict, actor) -> tuple[Checkp
                                   force=body.force), {}
     except (InvalidAliasName, AliasConflict) as exc:  # a bad name, or the alias is there already
         return None, {"alias": str(exc)}
-    except GatesNotPassed as exc:
+    except GatesNotPassed as exc:  # or WeightsAbsent: the same force-with-reason overrides both
         if body.force:
             return None, {"reason": str(exc)}
-        errors = {"force": f"The gates did not pass ({checkpoint_gate_status(checkpoint).detail}): tick "
-                           "“Promote anyway” to promote it regardless."}
+        problems = "; and ".join(promotion_check(checkpoint).problems)
+        errors = {"force": f"{problems[:1].upper()}{problems[1:]}: tick “Promote anyway” to promote it regardless."}
         if not body.reason.strip():
-            errors["reason"] = "A reason is required to promote without passed gates; it is kept in the history."
+            errors["reason"] = ("A reason is required to promote without passed gates or without the weights on "
+                                "this server; it is kept in the history.")
         return None, errors
 
 
@@ -318,9 +320,11 @@ def checkpoint_promote_page(request: HttpRequest, slug: str, checkpoint_id: int)
                                       f"({checkpoint.run.name}, step {checkpoint.step}).")
             return redirect(reverse("dashboard:checkpoint_list", args=[slug]) + f"#alias-{alias.name}")
     row = checkpoint_detail(checkpoint)
+    check = promotion_check(checkpoint)
     list_url = reverse("dashboard:checkpoint_list", args=[slug])
     context = {
-        "project": project, "checkpoint": row, "status": checkpoint_gate_status(checkpoint), "form": form,
+        "project": project, "checkpoint": row, "status": check.gates, "weights": check.weights,
+        "needs_force": check.needs_force, "form": form,
         "errors": errors, "alias_names": list(project.aliases.order_by("name").values_list("name", flat=True)[:200]),
         "metrics": [(name, row.baseline.get(name), value, MetricCell(value, row.deltas.get(name)))
                     for name, value in sorted(row.held_out.items())],
@@ -408,7 +412,7 @@ def _archive_name(checkpoint: Checkpoint, suffix: str = "") -> str:
 @login_required
 def checkpoint_download(request: HttpRequest, slug: str, checkpoint_id: int) -> HttpResponse:
     checkpoint = _checkpoint_for(request, slug, checkpoint_id, Role.VIEWER)
-    folder, state = local_folder(checkpoint.storage_uri)
+    folder, state = checkpoint_folder(checkpoint)
     if folder is None:
         what = f"checkpoint {checkpoint.pk} ({checkpoint.run.name}, step {checkpoint.step})"
         return _unavailable(request, checkpoint.run.project, "Checkpoint not available",
@@ -447,7 +451,7 @@ def checkpoint_export_download(request: HttpRequest, slug: str, checkpoint_id: i
         return _unavailable(request, project, "Merged model not available",
                             f"There is no finished export of checkpoint {checkpoint.pk}: export it first.")
     location = str(job.payload.get("out", ""))
-    folder, state = local_folder(location)
+    folder, state = local_folder(location, checkpoint.run)
     if folder is None:
         return _unavailable(request, project, "Merged model not available",
                             folder_problem(state, what, location, "it was deleted; export the checkpoint again"))

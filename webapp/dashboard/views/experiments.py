@@ -330,7 +330,7 @@ def _validate(project: Project, form: dict, choices: dict) -> tuple[dict, dict]:
             full = experiment_config({k: overrides[k] for k in ("common", stage) if k in overrides})
             config = {**full["common"], **full[stage]}
             try:
-                run_config_check(config, kind=config.get("kind", ""), **links)
+                run_config_check(config, kind=config.get("kind", ""), project=project, **links)
             except ConfigError as exc:
                 errors.setdefault(_blame(stage, str(exc), overrides), _sentence(str(exc)))
     return errors, {**links, "config": overrides}

@@ -24,7 +24,7 @@ from webapp.dashboard.views.common import breadcrumbs_for
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
 from webapp.projects.models import Project, Role
 from webapp.runs.models import Checkpoint, MetricPoint, ModelSpec, Run, RunKind
-from webapp.runs.services.run_config import run_config_problems, run_create
+from webapp.runs.services.run_config import QUEUE_REFERENCE, run_config_problems, run_create
 from webapp.verifiers.models import VerifierVersion
 from webapp.verifiers.selectors import flagged_versions
 
@@ -108,10 +108,11 @@ def _start_values(request: HttpRequest, project: Project) -> tuple[dict, dict, l
             top["model_spec"] = spec.pk
             config.pop("model", None)
             notes.append(f"The preset's model {PRESETS[preset]['model']} is this project's model {spec.name}.")
-    pairs = request.GET.get("preference_pairs", "")[:2000]
-    if top["kind"] == "dpo" and pairs.strip():  # from a review queue's "Train DPO on these pairs"
-        config["preference_pairs"] = pairs.strip()
-        notes.append("The preference pairs file comes from a review queue: choose the model and dataset, then launch.")
+    pairs = request.GET.get("preference_pairs", "")[:2000].strip()
+    if top["kind"] == "dpo" and QUEUE_REFERENCE.match(pairs):  # from a review queue's "Train DPO on these pairs"
+        config["preference_pairs"] = pairs
+        notes.append("The preference pairs come from a review queue (written for the job when it starts): choose "
+                     "the model and dataset, then launch.")
     return top, raw_values_from_config(config), notes
 
 
@@ -176,7 +177,7 @@ def run_new(request: HttpRequest, slug: str) -> HttpResponse:
         errors["kind"] = f"Choose one of {', '.join(RunKind.values)}."
     links = _links(project, request.POST, errors)
     if not errors:
-        problems = run_config_problems(config, kind=top["kind"], **links)
+        problems = run_config_problems(config, kind=top["kind"], project=project, **links)
         errors = {LINK_INPUTS.get(field, field): message for field, message in problems.items()}
     if errors:
         return _render(request, project, top=top, values=values, errors=errors, notes=[], status=422)

@@ -159,14 +159,15 @@ def experiment_config(overrides: dict) -> dict:
     return merged
 
 
-def _check_stage_configs(full: dict, *, dataset: TaskDataset, verifier_version: VerifierVersion,
+def _check_stage_configs(full: dict, *, project: Project, dataset: TaskDataset, verifier_version: VerifierVersion,
                          model: ModelSpec) -> None:
-    """Validate every stage's run config now, so a bad GRPO setting fails the request, not stage three."""
+    """Validate every stage's run config now, so a bad GRPO setting (or a path where the project's
+    rows belong) fails the request, not stage three."""
     for stage in ("baseline", "sft", "grpo", "held_out"):
         config = {**full["common"], **full[stage]}
         try:
             run_config_check(config, kind=config.get("kind", ""), dataset=dataset,
-                             verifier_version=verifier_version, model=model)
+                             verifier_version=verifier_version, model=model, project=project)
         except ConfigError as exc:
             raise ExperimentError(f"config.{stage}: {exc}") from None
 
@@ -177,7 +178,7 @@ def experiment_create(
 ) -> Experiment:
     """Create the experiment and start its first stage (after the transaction commits)."""
     full = experiment_config(config or {})
-    _check_stage_configs(full, dataset=dataset, verifier_version=verifier_version, model=model)
+    _check_stage_configs(full, project=project, dataset=dataset, verifier_version=verifier_version, model=model)
     for name_ in full["regression_datasets"]:
         if not TaskDataset.objects.filter(project=project, name=name_).exists():
             raise ExperimentError(f"Regression dataset {name_!r} does not exist in this project.")

@@ -1,20 +1,20 @@
-"""Merged-model exports of LoRA checkpoints (a job of kind "export", run by workers/export.py),
-and the one rule for which checkpoint folders this server may read: local folders inside the
-data directory, symlinks resolved.
+"""Merged-model exports of LoRA checkpoints (a job of kind "export", run by workers/export.py).
+
+Which folders may be read is webapp.runs.paths' rule: only inside the checkpoint's own run folder.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from django.conf import settings
 
 from webapp.projects.models import Project
-from webapp.runs.models import Checkpoint, CheckpointKind, Job, JobState
+from webapp.runs.models import Checkpoint, CheckpointKind, Job, JobState, Run
+from webapp.runs.paths import ELSEWHERE, GONE, PRESENT, inside_run_folder, weights_problem
 from webapp.runs.services.jobs import job_create
 
-PRESENT, GONE, ELSEWHERE = "present", "gone", "elsewhere"
+__all__ = ["ELSEWHERE", "GONE", "PRESENT"]
 ACTIVE_JOB_STATES = (JobState.QUEUED, JobState.CLAIMED, JobState.RUNNING)
 KEEP_TOP_K_HINT = "training keeps only the best checkpoints of a run (keep_top_k) and deletes the others"
 
@@ -23,30 +23,20 @@ class ExportRefused(ValueError):
     """The checkpoint cannot be exported now; the message says why and what to do."""
 
 
-def local_folder(location: str) -> tuple[Path | None, str]:
-    """(folder, PRESENT) when `location` is an existing folder inside the data directory.
+def local_folder(location: str, run: Run) -> tuple[Path | None, str]:
+    """(folder, PRESENT) when `location` is an existing folder inside `run`'s own folder.
 
-    Symlinks are resolved first, so a link that leads out of the data directory is refused
-    like any other outside path: (None, ELSEWHERE). A folder inside it that no longer exists
-    (training keeps only the top-k checkpoints) is (None, GONE).
+    webapp.runs.paths decides (URI schemes, `..` and symlinks resolved first); (None,
+    GONE) for such a folder that no longer exists, (None, ELSEWHERE) for any other path.
     """
-    text = location.removeprefix("file://")
-    if "://" in text or "\x00" in text or not os.path.isabs(text):
-        return None, ELSEWHERE
-    try:
-        root = Path(settings.DATA_DIR).resolve()
-        folder = Path(text).resolve()
-    except (OSError, RuntimeError):  # a symlink loop
-        return None, ELSEWHERE
-    if folder == root or not folder.is_relative_to(root):
-        return None, ELSEWHERE
-    if not folder.is_dir():
-        return None, GONE
-    return folder, PRESENT
+    return inside_run_folder(run, location)
 
 
 def latest_exports(project: Project, checkpoint_ids: list[int]) -> dict[int, dict]:
-    """The newest export job of each checkpoint on the page: one query."""
+    """The newest export job of each checkpoint on the page: two queries.
+
+    `folder` says whether a finished export's output is still there, inside its run's folder.
+    """
     if not checkpoint_ids:
         return {}
     jobs = (Job.objects.filter(project=project, kind="export", payload__checkpoint_id__in=checkpoint_ids)
@@ -54,10 +44,11 @@ def latest_exports(project: Project, checkpoint_ids: list[int]) -> dict[int, dic
     latest: dict[int, dict] = {}
     for job in jobs:
         latest.setdefault(job["payload"].get("checkpoint_id"), job)
-    for job in latest.values():
-        done = job["state"] == JobState.SUCCEEDED
+    runs = {c.pk: c.run for c in Checkpoint.objects.filter(pk__in=list(latest)).select_related("run")}
+    for checkpoint_id, job in latest.items():
+        done = job["state"] == JobState.SUCCEEDED and checkpoint_id in runs
         job["active"] = job["state"] in ACTIVE_JOB_STATES
-        job["folder"] = local_folder(str(job["payload"].get("out", "")))[1] if done else None
+        job["folder"] = local_folder(str(job["payload"].get("out", "")), runs[checkpoint_id])[1] if done else None
     return latest
 
 
@@ -67,10 +58,10 @@ def export_folder_for(checkpoint: Checkpoint) -> Path:
 
 
 def folder_problem(state: str, what: str, location: str, gone_hint: str = KEEP_TOP_K_HINT) -> str:
+    """Why the folder of `what` cannot be read here (gone, or not in its run's folder) and what to do."""
     if state == GONE:
         return f"The folder of {what} is gone ({location}): {gone_hint}."
-    return (f"The folder of {what} is not in this server's data folder ({location}), so it cannot be downloaded "
-            "from here; fetch it from where it is stored.")
+    return weights_problem(ELSEWHERE, what, location)
 
 
 def checkpoint_export_start(*, checkpoint: Checkpoint) -> Job:
@@ -78,7 +69,7 @@ def checkpoint_export_start(*, checkpoint: Checkpoint) -> Job:
     what = f"checkpoint {checkpoint.pk} ({checkpoint.run.name}, step {checkpoint.step})"
     if checkpoint.kind != CheckpointKind.ADAPTER:
         raise ExportRefused(f"{what.capitalize()} holds full weights already: download it as it is.")
-    folder, state = local_folder(checkpoint.storage_uri)
+    folder, state = local_folder(checkpoint.storage_uri, checkpoint.run)
     if folder is None:
         raise ExportRefused(f"Nothing was exported. {folder_problem(state, what, checkpoint.storage_uri)}")
     previous = latest_exports(checkpoint.run.project, [checkpoint.pk]).get(checkpoint.pk)

@@ -1,7 +1,9 @@
 """Checkpoint aliases: moving `candidate` / `production` (or any name) and rolling back.
 
 Every move is kept (AliasMove) and audited, so "which checkpoint served
-production last Tuesday" has an answer and a rollback is just a move back.
+production last Tuesday" has an answer and a rollback is just a move back. A promotion needs
+passed gates and the checkpoint's weights on this server (an imported run's are elsewhere);
+otherwise `force` and a reason, both recorded.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from django.db import IntegrityError, transaction
 from webapp.projects.models import Project
 from webapp.projects.services import audit_log
 from webapp.runs.models import AliasMove, Checkpoint, CheckpointAlias, Experiment, ExperimentState
+from webapp.runs.paths import GONE, PRESENT, checkpoint_folder
 
 ALIAS_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -28,6 +31,14 @@ class AliasConflict(ValueError):
 
 class GatesNotPassed(ValueError):
     """Promotion of a checkpoint whose gates failed (or that has none) without `force` and a reason."""
+
+
+class WeightsAbsent(GatesNotPassed):
+    """Promotion of a checkpoint whose weights are not on this server without `force` and a reason.
+
+    A kind of GatesNotPassed: it needs the same force-with-reason, and every caller that answers
+    a failed gate (409 in the API, the form's errors) answers this too.
+    """
 
 
 @dataclass(frozen=True)
@@ -53,24 +64,80 @@ def checkpoint_gate_status(checkpoint: Checkpoint) -> GateStatus:
     return GateStatus("none", None, "no finished experiment chose it as its candidate, so no gates ran for it")
 
 
+@dataclass(frozen=True)
+class WeightsStatus:
+    """Whether this server holds the checkpoint's weights (inside its run's folder), and if not, why."""
+
+    state: str  # webapp.runs.paths: PRESENT, GONE or ELSEWHERE
+    detail: str
+
+    @property
+    def present(self) -> bool:
+        return self.state == PRESENT
+
+
+def checkpoint_weights_status(checkpoint: Checkpoint) -> WeightsStatus:
+    """The weights are here only when its folder is inside its run's folder on this server (webapp.runs.paths).
+
+    An imported run's checkpoints name folders on the machine that trained them; an alias on
+    such a checkpoint would point serving and exports at files this server does not have.
+    """
+    _, state = checkpoint_folder(checkpoint)
+    where = checkpoint.storage_uri if len(checkpoint.storage_uri) <= 200 else checkpoint.storage_uri[:200] + "…"
+    if state == PRESENT:
+        return WeightsStatus(state, "its weights are in its run's folder on this server")
+    if state == GONE:
+        return WeightsStatus(state, f"its weights are gone from this server (its folder {where} was deleted; "
+                                    "training keeps only the best checkpoints of a run)")
+    return WeightsStatus(state, f"its weights are not on this server (its folder {where} is not in its run's "
+                                "folder here, as for a run trained elsewhere and imported), so nothing here "
+                                "can serve or export it")
+
+
+@dataclass(frozen=True)
+class PromotionCheck:
+    """What stands between a checkpoint and an unforced promotion: its gates and where its weights are."""
+
+    gates: GateStatus
+    weights: WeightsStatus
+
+    @property
+    def problems(self) -> list[str]:
+        """What a promotion would have to override, in words (empty: nothing; it may be promoted as asked)."""
+        checks = ((self.gates.state == "passed", self.gates.detail), (self.weights.present, self.weights.detail))
+        return [detail for ok, detail in checks if not ok]
+
+    @property
+    def needs_force(self) -> bool:
+        return bool(self.problems)
+
+
+def promotion_check(checkpoint: Checkpoint) -> PromotionCheck:
+    return PromotionCheck(gates=checkpoint_gate_status(checkpoint), weights=checkpoint_weights_status(checkpoint))
+
+
 def checkpoint_promote(*, checkpoint: Checkpoint, alias: str, actor, reason: str = "",
                        force: bool = False) -> CheckpointAlias:
-    """Promote a checkpoint only when its gates passed, or when forced with a reason (both recorded)."""
-    gates = checkpoint_gate_status(checkpoint)
-    if gates.state != "passed":
+    """Promote a checkpoint only when its gates passed and its weights are on this server, or when forced
+    with a reason (both recorded)."""
+    check = promotion_check(checkpoint)
+    refusal = GatesNotPassed if check.weights.present else WeightsAbsent
+    problems = "; and ".join(check.problems)
+    if check.needs_force:
         if not force:
-            raise GatesNotPassed(
-                f"Checkpoint {checkpoint.pk} was not promoted: {gates.detail}. To promote it anyway, "
+            raise refusal(
+                f"Checkpoint {checkpoint.pk} was not promoted: {problems}. To promote it anyway, "
                 "send force: true with a reason; both are kept in the alias history and the audit log."
             )
         if not reason.strip():
-            raise GatesNotPassed(f"A forced promotion needs a reason ({gates.detail}).")
+            raise refusal(f"A forced promotion needs a reason ({problems}).")
     return alias_move(checkpoint=checkpoint, name=alias, actor=actor, reason=reason,
-                      forced=gates.state != "passed", gates=gates)
+                      forced=check.needs_force, gates=check.gates, weights=check.weights)
 
 
 def alias_move(*, checkpoint: Checkpoint, name: str, actor, reason: str = "", is_rollback: bool = False,
-               forced: bool = False, gates: GateStatus | None = None) -> CheckpointAlias:
+               forced: bool = False, gates: GateStatus | None = None,
+               weights: WeightsStatus | None = None) -> CheckpointAlias:
     """Point alias `name` of the checkpoint's project at this checkpoint.
 
     Moves of one project's aliases are serialised by a lock on the project row: when the
@@ -85,13 +152,13 @@ def alias_move(*, checkpoint: Checkpoint, name: str, actor, reason: str = "", is
     try:
         with transaction.atomic():
             return _alias_move_locked(checkpoint=checkpoint, name=name, actor=actor, reason=reason,
-                                      is_rollback=is_rollback, forced=forced, gates=gates)
+                                      is_rollback=is_rollback, forced=forced, gates=gates, weights=weights)
     except IntegrityError:
         raise AliasConflict(f"Alias {name!r} was moved by someone else at the same time; try again.") from None
 
 
 def _alias_move_locked(*, checkpoint: Checkpoint, name: str, actor, reason: str, is_rollback: bool,
-                       forced: bool, gates: GateStatus | None) -> CheckpointAlias:
+                       forced: bool, gates: GateStatus | None, weights: WeightsStatus | None) -> CheckpointAlias:
     project = Project.objects.select_for_update().get(pk=checkpoint.run.project_id)
     alias = CheckpointAlias.objects.select_for_update().filter(project=project, name=name).first()
     previous = alias.checkpoint if alias else None
@@ -109,6 +176,8 @@ def _alias_move_locked(*, checkpoint: Checkpoint, name: str, actor, reason: str,
     data = {"alias": name, "to": checkpoint.pk, "from": previous.pk if previous else None, "reason": reason}
     if gates is not None:
         data.update(forced=forced, gates=gates.state, gates_detail=gates.detail)
+    if weights is not None:
+        data.update(weights=weights.state, weights_detail=weights.detail)
     audit_log(project=project, actor=actor, action="alias.rollback" if is_rollback else "alias.move",
               target=alias, data=data)
     return alias

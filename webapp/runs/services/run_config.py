@@ -8,16 +8,38 @@ from pathlib import Path
 
 from django.db import transaction
 
+from environments.registry import canonical_verifier_name
 from environments.types import Task as EnvTask
 from training.config import ConfigError, config_problems, validate_run_config
 from webapp.datasets.models import TaskDataset
 from webapp.projects.models import Project
 from webapp.runs.models import Checkpoint, Job, ModelSpec, Run
+from webapp.runs.paths import checkpoint_folder, weights_problem
 from webapp.runs.services.jobs import job_create
+from webapp.runs.services.models import gguf_name_problem, hf_id_problem, registered_model_problem
+from webapp.trajectories.models import ReviewQueue
+from webapp.trajectories.services.review import ReviewError, queue_preference_pairs_file
 from webapp.verifiers.models import VerifierVersion
 
-__all__ = ["ConfigError", "config_error_field", "run_config_check", "run_config_problems", "run_create",
-           "run_process_config"]
+__all__ = ["ConfigError", "config_error_field", "config_path_problems", "run_config_check", "run_config_problems",
+           "run_create", "run_process_config"]
+
+# A review queue's preference pairs, as a DPO run's `preference_pairs` names them.
+QUEUE_REFERENCE = re.compile(r"^review_queue:([1-9][0-9]{0,17})$")
+# Config keys the training process opens as a file or folder: a request never gives their path;
+# it names a row of the project that the server turns into a path (run_process_config).
+PATH_KEYS = {
+    "dataset": "give one of this project's datasets in the run's `dataset` field (a name, or {name, version}); "
+               "the server writes its tasks file for the job",
+    "init_checkpoint": "give one of this project's checkpoints in `parent_checkpoint_id` (the API) or as the "
+                       "start checkpoint (the form); the server loads its folder",
+    "reviewed_trajectories": "turn the reviewed trajectories into a dataset (the review queue's “add to dataset”) "
+                             "and train on it with sft_source ground_truth",
+    "preference_pairs": "give one of this project's review queues as \"review_queue:<id>\" (the queue's “Train DPO "
+                        "on these pairs”); the server writes its preference pairs for the job",
+}
+# Verifiers whose config makes the server call a URL: only a saved verifier of the project may use them.
+URL_VERIFIERS = frozenset({"llm_judge"})
 
 
 def _config_with_links(
@@ -68,16 +90,82 @@ def config_error_field(message: str, config: dict) -> str:
     return f"config.{key}"
 
 
+def _preference_queue_problem(value: str, project: Project) -> str | None:
+    match = QUEUE_REFERENCE.match(value)
+    if match is None:
+        return f"'preference_pairs' must name a review queue, not a path: {PATH_KEYS['preference_pairs']}."
+    if not ReviewQueue.objects.filter(pk=int(match.group(1)), project=project).exists():
+        return (f"'preference_pairs' names review queue {match.group(1)}, which this project does not have: "
+                "give one of this project's review queues as \"review_queue:<id>\".")
+    return None
+
+
+def _verifier_problem(config: dict) -> str | None:
+    for key in ("verifier", "reward"):
+        value = config.get(key)
+        name = value.get("name") if isinstance(value, dict) else value
+        if isinstance(name, str) and canonical_verifier_name(name) in URL_VERIFIERS:
+            return (f"'{key}' {name} calls a URL, so a run config cannot set it up: save it as one of this "
+                    "project's verifiers (Verifiers page) and choose it in the run's `verifier` field.")
+    return None
+
+
+def config_path_problems(config: dict, *, project: Project) -> dict[str, str]:
+    """Every path- or URL-valued key of a request's config that is not a reference, by `config.<key>`.
+
+    A path never comes from a request: dataset, init_checkpoint, reviewed_trajectories and
+    preference_pairs are rows of the project (preference_pairs as "review_queue:<id>"), model
+    is a Hugging Face id (a folder on this machine is a registered model), model_gguf_file a
+    file name inside the model, and a verifier that calls a URL is a saved verifier.
+    """
+    if not isinstance(config, dict):
+        return {}
+    problems: dict[str, str] = {}
+    for key, instead in PATH_KEYS.items():
+        value = config.get(key)
+        if value is None:
+            continue
+        if key == "preference_pairs" and isinstance(value, str):
+            problem = _preference_queue_problem(value, project)
+        else:
+            problem = f"'{key}' cannot be a path from a request: {instead}."
+        if problem:
+            problems[f"config.{key}"] = problem
+    model = config.get("model")
+    if isinstance(model, str) and (problem := hf_id_problem(model)):
+        problems["config.model"] = (f"'model' {problem} A model folder on this server is a registered model: "
+                                    "register it in the project's settings and choose it in the run's `model` field.")
+    gguf = config.get("model_gguf_file")
+    if isinstance(gguf, str) and (problem := gguf_name_problem(gguf)):
+        problems["config.model_gguf_file"] = f"'model_gguf_file' {problem}"
+    if problem := _verifier_problem(config):
+        problems["config.verifier" if "verifier" in config else "config.reward"] = problem
+    return problems
+
+
+def _links_problems(*, model: ModelSpec | None) -> dict[str, str]:
+    """Problems of the linked rows a job would open: a registered model folder outside the model roots."""
+    problem = registered_model_problem(model) if model is not None else None
+    return {"model": problem} if problem else {}
+
+
 def run_config_problems(
     config: dict, *, kind: str, dataset: TaskDataset | None = None, verifier_version: VerifierVersion | None = None,
-    model: ModelSpec | None = None, parent_checkpoint: Checkpoint | None = None,
+    model: ModelSpec | None = None, parent_checkpoint: Checkpoint | None = None, project: Project | None = None,
 ) -> dict[str, str]:
-    """Every problem of a run config with its links, by field (`config.<key>`, `dataset`, ...), for forms."""
+    """Every problem of a run config with its links, by field (`config.<key>`, `dataset`, ...), for forms.
+
+    With `project` (a request's config) a path where a reference belongs is a problem too
+    (config_path_problems); without it (an imported run's recorded config) only the schema is checked.
+    """
     merged = _config_with_links(
         config, kind=kind, dataset=dataset, dataset_path="tasks.jsonl" if dataset else None,
         verifier_version=verifier_version, model=model, parent_checkpoint=parent_checkpoint,
     )
     problems: dict[str, str] = {}
+    if project is not None:
+        problems.update(config_path_problems(config, project=project))
+        problems.update(_links_problems(model=model))
     for message in config_problems(merged):
         problems.setdefault(config_error_field(message, config), message)
     return problems
@@ -85,9 +173,16 @@ def run_config_problems(
 
 def run_config_check(
     config: dict, *, kind: str, dataset: TaskDataset | None = None, verifier_version: VerifierVersion | None = None,
-    model: ModelSpec | None = None, parent_checkpoint: Checkpoint | None = None,
+    model: ModelSpec | None = None, parent_checkpoint: Checkpoint | None = None, project: Project | None = None,
 ) -> None:
-    """Raise ConfigError (naming the bad key) unless the config, with its links, is a valid run config."""
+    """Raise ConfigError (naming the bad key) unless the config, with its links, is a valid run config.
+
+    With `project`, a path where a reference belongs is refused first (config_path_problems).
+    """
+    if project is not None:
+        problems = {**config_path_problems(config, project=project), **_links_problems(model=model)}
+        if problems:
+            raise ConfigError(next(iter(problems.values())))
     validate_run_config(_config_with_links(
         config, kind=kind, dataset=dataset, dataset_path="tasks.jsonl" if dataset else None,
         verifier_version=verifier_version, model=model, parent_checkpoint=parent_checkpoint,
@@ -100,9 +195,10 @@ def run_create(
     verifier_version: VerifierVersion | None = None, model: ModelSpec | None = None,
     parent_checkpoint: Checkpoint | None = None, start: bool = True,
 ) -> tuple[Run, Job | None]:
-    """Validate the config (ConfigError names the bad key), save the run, and queue its job."""
+    """Validate the config (ConfigError names the bad key; a path where a reference belongs is one),
+    save the run, and queue its job."""
     run_config_check(config, kind=kind, dataset=dataset, verifier_version=verifier_version, model=model,
-                     parent_checkpoint=parent_checkpoint)
+                     parent_checkpoint=parent_checkpoint, project=project)
     run = Run.objects.create(
         project=project, name=name, kind=kind, config=config, dataset=dataset, verifier_version=verifier_version,
         model=model, parent_checkpoint=parent_checkpoint, created_by=actor,
@@ -112,15 +208,54 @@ def run_create(
 
 
 def run_process_config(run: Run, run_dir: Path) -> dict:
-    """The JSON config `python -m training run` receives for this run (dataset exported beside it)."""
+    """The JSON config `python -m training run` receives for this run.
+
+    Every path in it is the server's: the dataset and the review queue's preference pairs are
+    written beside it, the start checkpoint is its folder inside its own run's folder (or the
+    job stops with a ConfigError saying why), and a path the run's config holds where a
+    reference belongs is refused here too, whoever wrote the row.
+    """
+    problems = {**config_path_problems(run.config, project=run.project), **_links_problems(model=run.model)}
+    if problems:
+        raise ConfigError(next(iter(problems.values())))
     dataset_path = str(_export_dataset(run.dataset, run_dir)) if run.dataset_id else None
     config = _config_with_links(
         run.config, kind=run.kind, dataset=run.dataset, dataset_path=dataset_path,
         verifier_version=run.verifier_version,
         model=run.model, parent_checkpoint=run.parent_checkpoint,
     )
+    if run.parent_checkpoint_id:
+        config["init_checkpoint"] = str(_start_checkpoint_folder(run))
+    if isinstance(config.get("preference_pairs"), str):
+        config["preference_pairs"] = str(_export_preference_pairs(config["preference_pairs"], run, run_dir))
     validate_run_config(config)
     return config
+
+
+def _start_checkpoint_folder(run: Run) -> Path:
+    """The parent checkpoint's folder, only from inside its own run's folder in this project."""
+    parent = run.parent_checkpoint
+    what = f"checkpoint {parent.pk} ({parent.run.name}, step {parent.step})"
+    if parent.run.project_id != run.project_id:
+        raise ConfigError(f"'init_checkpoint' {what} belongs to another project: start from one of this project's "
+                          "checkpoints.")
+    folder, state = checkpoint_folder(parent)
+    if folder is None:
+        raise ConfigError(f"'init_checkpoint' cannot be loaded. {weights_problem(state, what, parent.storage_uri)}")
+    return folder
+
+
+def _export_preference_pairs(reference: str, run: Run, run_dir: Path) -> Path:
+    """The review queue's preference pairs as the JSONL file training/dpo.py reads, in the run's folder."""
+    match = QUEUE_REFERENCE.match(reference)
+    queue = ReviewQueue.objects.filter(pk=int(match.group(1)), project=run.project).first() if match else None
+    if queue is None:
+        raise ConfigError(f"'preference_pairs' {reference!r} is not a review queue of this project (it was removed?): "
+                          "start a new DPO run from a review queue.")
+    try:
+        return queue_preference_pairs_file(queue=queue, folder=run_dir)
+    except ReviewError as exc:
+        raise ConfigError(f"'preference_pairs' of review queue {queue.pk}: {'; '.join(exc.errors.values())}") from None
 
 
 def _export_dataset(dataset: TaskDataset, run_dir: Path) -> Path:

@@ -22,9 +22,22 @@ checkpoint step_N at step N"; events of an earlier process that a later one wrot
 (after its resume step, or all of them when it started from scratch) are skipped as
 superseded, as the worker's `discard_superseded_rows` does for attempts.
 
-Writes go in one transaction per batch; the run is created with the first batch, so a
-folder without a single valid event creates nothing. An import that stops half way (a
-crash) leaves a run marked incomplete, and importing the folder again completes it.
+All or nothing: the whole import is one transaction. An import that fails half way, or whose
+request is killed (gunicorn's worker timeout raises SystemExit in the request; a killed process
+drops its database connection), leaves no run row and no metric point, and importing the folder
+again does the whole work. (Runs left incomplete by imports before this rule are found by their
+folder's identity and completed the same way.) A folder without a single valid event creates
+nothing.
+
+Numbers: NaN, Infinity and numbers beyond a double's range are not JSON and the event writer
+never writes them (it writes null). A line holding one anywhere (a metric, a trajectory's
+components or flags, a checkpoint's metrics) is skipped as "bad values" with its line and the
+path to the number, the rule the dataset import shares (webapp.datasets.strict_json); a config
+holding one is reported and not used.
+
+Damaged zips (a wrong CRC, a size header that lies, a truncated member) are refused with a
+RunImportError that says the archive is damaged; the extraction folder is removed either way,
+and folders left by a killed import are swept on the next one.
 """
 
 from __future__ import annotations
@@ -38,7 +51,9 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -54,6 +69,7 @@ from django.utils import timezone
 
 from training.checkpoints import CHECKPOINTS_DIR, COMPLETE_MARKER, read_checkpoint
 from training.events import EVENTS_FILE, EventError, validate_event
+from webapp.datasets import strict_json
 from webapp.projects.models import Project
 from webapp.runs.models import Checkpoint, MetricPoint, ModelSpec, Run, RunKind, RunStatus
 from webapp.runs.services.ingest import EventIngestor
@@ -82,6 +98,7 @@ MAX_UPLOAD_BYTES = int(getattr(settings, "CRUCIBLE_RUN_IMPORT_MAX_UPLOAD_BYTES",
 MAX_EXTRACTED_BYTES = int(getattr(settings, "CRUCIBLE_RUN_IMPORT_MAX_EXTRACTED_BYTES", 1024 ** 3))
 MAX_ZIP_ENTRIES = 100_000
 NAME_LIMIT = 200  # Run.name
+SCRATCH_KEEP_SECONDS = 24 * 3600  # extraction folders older than this were left by a killed import
 MAX_COMPRESSION_RATIO = 200
 """A zip entry that inflates more than this (beyond its first megabyte) is treated as a zip bomb."""
 
@@ -243,13 +260,9 @@ def _read_lines(path: Path) -> Iterator[_Line]:
             yield _Line(number, raw, len(raw), raw.endswith(b"\n"))
 
 
-def _no_constants(name: str) -> None:
-    """NaN and Infinity are not JSON; the event writer writes null for them, so read them as null."""
-    return None
-
-
 def _parse(raw: bytes) -> Any:
-    return json.loads(raw, parse_constant=_no_constants)
+    """One event line; NonFiniteNumber (a ValueError naming the field) for NaN, Infinity and 1e400."""
+    return strict_json.loads(raw)
 
 
 @dataclass
@@ -331,9 +344,12 @@ def _read_config(run_dir: Path) -> tuple[dict, str, list[str]]:
         if path.stat().st_size > MAX_CONFIG_BYTES:
             return {}, where, [f"{where} is larger than {MAX_CONFIG_BYTES // 1024} KB; it was not read"]
         try:
-            data = json.loads(path.read_bytes(), parse_constant=_no_constants)
+            data = strict_json.loads(path.read_bytes())
+        except strict_json.NonFiniteNumber as exc:
+            return {}, where, [f"{where}: {exc}; the run was imported without its config"]
         except (ValueError, RecursionError) as exc:
-            return {}, where, [f"{where} is not valid JSON ({exc}); the run was imported without its config"]
+            return {}, where, [f"{where} is not valid JSON ({strict_json.error_text(exc)}); the run was imported "
+                               "without its config"]
         if not isinstance(data, dict):
             return {}, where, [f"{where} is not a JSON object; the run was imported without its config"]
         return data, where, []
@@ -466,7 +482,7 @@ def run_import(
 
     `folder_kept` False: `run_dir` is a temporary extraction (checkpoints are never looked up
     in it). `trusted` False: the folder came from an upload (see _checkpoint_location).
-    Raises RunImportError, before writing anything, when the folder cannot be imported.
+    Raises RunImportError when the folder cannot be imported; whatever stops it, nothing is left written.
     """
     run_dir = Path(run_dir)
     events_path = _events_file(run_dir)
@@ -484,12 +500,24 @@ def run_import(
     report.config_problems = config_problems
     report.restarts = len(scan.segments) - 1
     key = _identity(scan.first_line)
-    thresholds = scan.thresholds()
-    starts = [segment.first_line for segment in scan.segments]
-
     state = _ImportState(project=project, actor=actor, key=key, config=config, report=report,
                          name=(name or "").strip()[:NAME_LIMIT] or run_dir.resolve().name[:NAME_LIMIT] or "imported run",
                          status=_outcome(scan)[0])
+    with transaction.atomic():  # all or nothing, even when the request running it is killed
+        _import_events(state, events_path, run_dir, scan, folder_kept=folder_kept, trusted=trusted,
+                       progress=progress)
+    if progress is not None:
+        progress(total_bytes, total_bytes)
+    return report
+
+
+def _import_events(state: _ImportState, events_path: Path, run_dir: Path, scan: _Scan, *, folder_kept: bool,
+                   trusted: bool, progress: Progress | None) -> None:
+    """Read the event log and store its events through the ingestor, in batches (inside run_import's transaction)."""
+    report = state.report
+    total_bytes = events_path.stat().st_size
+    thresholds = scan.thresholds()
+    starts = [segment.first_line for segment in scan.segments]
     batch: list[dict] = []
     batch_bytes = 0
     done_bytes = 0
@@ -529,9 +557,6 @@ def run_import(
                              "Is it the events.jsonl of `python -m training run`?")
     state.flush(batch)
     state.finish(scan)
-    if progress is not None:
-        progress(total_bytes, total_bytes)
-    return report
 
 
 def _events_file(run_dir: Path) -> Path:
@@ -572,13 +597,16 @@ def _valid_event(line: _Line, report: ImportReport) -> dict | None:
     try:
         event = _parse(line.raw)
     except UnicodeDecodeError as exc:
-        _skip(report, line.number, "malformed JSON", f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+        _skip(report, line.number, "malformed JSON", strict_json.error_text(exc))
+        return None
+    except strict_json.NonFiniteNumber as exc:
+        _skip(report, line.number, "bad values", str(exc))
         return None
     except (ValueError, RecursionError) as exc:
         if not line.complete:
             _skip(report, line.number, "incomplete last line", "the process stopped in the middle of writing it")
         else:
-            _skip(report, line.number, "malformed JSON", str(exc) or "nested too deeply")
+            _skip(report, line.number, "malformed JSON", strict_json.error_text(exc))
         return None
     if not isinstance(event, dict):
         _skip(report, line.number, "malformed JSON", f"an event must be a JSON object, got {type(event).__name__}")
@@ -806,8 +834,8 @@ def extract_run_zip(archive: str | os.PathLike[str] | IO[bytes], dest: Path) -> 
     try:
         zf = zipfile.ZipFile(archive)
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise RunImportError(f"This is not a zip file ({exc}): zip the run folder (zip -r run.zip RUN_DIR) "
-                             "and upload the .zip.") from exc
+        raise RunImportError(f"This is not a zip file, or the zip is damaged ({exc}): zip the run folder "
+                             "(zip -r run.zip RUN_DIR) and upload the .zip.") from None
     with zf:
         infos = zf.infolist()
         if len(infos) > MAX_ZIP_ENTRIES:
@@ -850,23 +878,55 @@ def extract_run_zip(archive: str | os.PathLike[str] | IO[bytes], dest: Path) -> 
         for info, relative in chosen:
             target = folder.joinpath(*relative.parts)
             target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, open(target, "wb") as out:
-                entry = 0
-                while block := src.read(1 << 20):
-                    entry += len(block)
-                    written += len(block)
-                    if entry > info.file_size or written > MAX_EXTRACTED_BYTES:
-                        raise RunImportError(f"The zip was refused: {info.filename[:200]!r} inflates beyond the size "
-                                             "it declares, which looks like a zip bomb.")
-                    out.write(block)
+            try:
+                written += _extract_entry(zf, info, target, room=MAX_EXTRACTED_BYTES - written)
+            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError) as exc:
+                raise RunImportError(_damaged(info, exc)) from None
     return folder, root.name
+
+
+def _extract_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, *, room: int) -> int:
+    """Write one entry to `target`, checking the bytes against what the zip declares; returns how many."""
+    entry = crc = 0
+    with zf.open(info) as src, open(target, "wb") as out:
+        while block := src.read(1 << 20):
+            entry += len(block)
+            crc = zlib.crc32(block, crc)
+            if entry > info.file_size or entry > room:
+                raise RunImportError(f"The zip was refused: {info.filename[:200]!r} inflates beyond the size "
+                                     "it declares, which looks like a zip bomb.")
+            out.write(block)
+    if entry != info.file_size:
+        raise EOFError(f"it declares {info.file_size} bytes but holds {entry}")
+    if crc != info.CRC:
+        raise zipfile.BadZipFile("its CRC-32 checksum does not match its bytes")
+    return entry
+
+
+def _damaged(info: zipfile.ZipInfo, exc: BaseException) -> str:
+    detail = str(exc) or type(exc).__name__
+    return (f"The zip is damaged: {info.filename[:200]!r} cannot be read whole ({detail[:200]}). It was cut short "
+            "or changed after it was made (a wrong checksum or a size that does not match). Nothing was imported: "
+            "zip the run folder again (zip -r run.zip RUN_DIR) and upload the new zip.")
 
 
 def import_scratch_dir() -> Path:
     """Where uploads are extracted: under the data directory, one fresh folder per import."""
     root = Path(settings.DATA_DIR) / "tmp" / "run-imports"
     root.mkdir(parents=True, exist_ok=True)
+    _sweep_scratch(root)
     return Path(tempfile.mkdtemp(prefix="import-", dir=root))
+
+
+def _sweep_scratch(root: Path) -> None:
+    """Remove extraction folders a killed import left behind (its `finally` never ran)."""
+    cutoff = time.time() - SCRATCH_KEEP_SECONDS
+    for item in root.iterdir():
+        try:
+            if item.name.startswith("import-") and item.lstat().st_mtime < cutoff:
+                shutil.rmtree(item, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def run_import_zip(
