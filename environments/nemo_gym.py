@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -51,11 +52,30 @@ def _tool_spec(tool: dict[str, Any]) -> dict[str, Any]:
     return spec.to_dict()
 
 
-def _call_dict(call: dict[str, Any]) -> dict[str, Any]:
-    """A ground-truth call with its arguments decoded (they arrive as JSON text)."""
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_number(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:24]} is beyond a double's range")
+    return value
+
+
+def _call_dict(call: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    """A ground-truth call with its arguments decoded (they arrive as JSON text).
+
+    The text is held to JSON's own numbers (no NaN, no Infinity, nothing that overflows to
+    infinity), as the row around it is: they could not be stored, scored or exported back."""
     arguments = call.get("arguments", {})
     if isinstance(arguments, str):
-        arguments = json.loads(arguments) if arguments.strip() else {}
+        try:
+            arguments = (json.loads(arguments, parse_constant=_refuse_constant, parse_float=_finite_number)
+                         if arguments.strip() else {})
+        except ValueError as exc:
+            detail = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise ValueError(f"ground_truth[{index}].arguments is not JSON text of finite numbers ({detail})") from None
     return {"name": call["name"], "arguments": arguments}
 
 
@@ -91,7 +111,7 @@ def task_row_to_task(row: dict[str, Any]) -> Task:
         id=str(row["id"]) if row.get("id") is not None else _stable_id(messages),
         messages=[dict(m) for m in messages],
         tools=[_tool_spec(t) for t in params.get("tools") or []],
-        ground_truth=[_call_dict(c) for c in truth] if isinstance(truth, list) else truth,
+        ground_truth=[_call_dict(c, i) for i, c in enumerate(truth)] if isinstance(truth, list) else truth,
         category=category,
         environment=_environment_from_nemo(environment),
         metadata={_META: meta},

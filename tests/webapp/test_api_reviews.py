@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-from pathlib import Path
 
 import pytest
 from pipeline_data import XSS, make_pipeline_run
@@ -14,7 +13,7 @@ from pipeline_data import XSS, make_pipeline_run
 from webapp.datasets.models import Task
 from webapp.datasets.services import dataset_create
 from webapp.trajectories.models import QueueItem, Review, ReviewQueue, Trajectory
-from webapp.trajectories.services.review import queue_create
+from webapp.trajectories.services.review import queue_create, queue_preference_pairs_file
 
 pytestmark = pytest.mark.django_db
 
@@ -230,8 +229,9 @@ def test_pair_labels_and_the_preference_pairs_file(client, project_team, bearer,
     assert (saved["trajectory_id"], saved["preferred_over_id"], saved["verdict"]) == (
         item["other_id"], item["trajectory_id"], "")
     written = _post(client, pairs_path, bearer("editor"))
-    assert written.status_code == 201 and written.json()["pairs"] == 1
-    lines = Path(written.json()["path"]).read_text(encoding="utf-8").splitlines()
+    assert written.status_code == 201 and written.json() == {"preference_pairs": f"review_queue:{queue.pk}", "pairs": 1}
+    assert "path" not in written.json() and not list(tmp_path.rglob("*.jsonl"))  # no server path handed out
+    lines = queue_preference_pairs_file(queue=queue, folder=tmp_path / "run").read_text(encoding="utf-8").splitlines()
     row = json.loads(lines[0])
     assert row["chosen_trajectory"] == item["other_id"] and set(row) >= {"task", "chosen", "rejected"}
     pairs = _get(client, f"/projects/{slug}/reviews?verdict=pair", bearer("viewer")).json()["items"]

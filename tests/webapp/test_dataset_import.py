@@ -195,7 +195,7 @@ def test_rows_the_database_cannot_store_are_rejected_with_the_reason(team, tmp_p
     assert report.accepted == 1
     assert "NUL" in reasons[1] and "split 'test' is not one of" in reasons[2]
     assert "messages must be a non-empty list" in reasons[3] and "category is longer" in reasons[4]
-    assert "NaN is not a JSON number" in reasons[5] and "task id is longer" in reasons[6]
+    assert "task.ground_truth is NaN, not a finite number" in reasons[5] and "task id is longer" in reasons[6]
     assert "lone UTF-16 surrogate" in reasons[8]
 
 

@@ -445,8 +445,9 @@ def test_reviewed_trajectories_become_a_dataset_version_with_a_report(client, te
     agreed = queue_claim_next(queue=team["queue"], reviewer=team["reviewer"])
     review_save(item=agreed, reviewer=team["reviewer"], verdict="agree")  # nothing to learn: not taken
     client.force_login(team["editor"])
-    response = client.post(_url(team, "to-dataset/"), {"dataset_name": "tool calls", "split": "held_out"})
-    assert response.status_code == 200
+    response = client.post(_url(team, "to-dataset/"), {"dataset_name": "tool calls", "split": "held_out"}, follow=True)
+    assert response.status_code == 200  # after a redirect: reloading the report makes no second version
+    assert response.redirect_chain == [(_url(team, "") + "#dataset-report", 302)]
     report = _body(response).split('id="dataset-report"')[1].split("</section>")[0]
     # The dataset's name links to its page once the datasets pages exist.
     assert re.search(r"1 task added: <(strong|a href=\"[^\"]+\")>tool calls v2</(strong|a)>", report), report
@@ -458,8 +459,10 @@ def test_reviewed_trajectories_become_a_dataset_version_with_a_report(client, te
         origin_trajectory=item.trajectory)
     assert task.split == "held_out"  # the reviewer's corrected output is the new task's ground truth
     assert [(c["name"], c["arguments"]) for c in task.ground_truth] == [(corrected["name"], corrected["arguments"])]
+    assert 'id="dataset-report"' not in _body(client.get(_url(team, "")))  # the report is shown once
     # the same again: a duplicate, no new version
-    report = _body(client.post(_url(team, "to-dataset/"), {"dataset_name": "tool calls", "split": "held_out"}))
+    report = _body(client.post(_url(team, "to-dataset/"), {"dataset_name": "tool calls", "split": "held_out"},
+                               follow=True))
     assert 'data-report="duplicates">1<' in report and "No new tasks" in report
     response = client.post(_url(team, "to-dataset/"), {"dataset_name": "no such", "split": "nope"})
     assert response.status_code == 422
@@ -472,7 +475,8 @@ def test_reviewed_trajectories_become_a_new_dataset(client, team):
     item = queue_claim_next(queue=team["queue"], reviewer=team["reviewer"])
     review_save(item=item, reviewer=team["reviewer"], verdict="disagree")
     client.force_login(team["editor"])
-    response = client.post(_url(team, "to-dataset/"), {"new_dataset": "regressions", "split": "held_out"})
+    response = client.post(_url(team, "to-dataset/"), {"new_dataset": "regressions", "split": "held_out"},
+                           follow=True)
     assert response.status_code == 200 and "regressions v2" in _body(response)
     made = TaskDataset.objects.get(project=team["project"], name="regressions", version=2)
     assert list(made.tasks.values_list("origin_trajectory_id", flat=True)) == [item.trajectory_id]
@@ -494,19 +498,18 @@ def test_dpo_button_opens_the_run_form_with_the_pairs_file(client, team):
     assert location.path == f"/p/{team['slug']}/runs/new/"
     query = parse_qs(location.query)
     assert query["kind"] == ["dpo"]
-    path = query["preference_pairs"][0]
-    with open(path, encoding="utf-8") as pairs:
-        rows = [json.loads(line) for line in pairs]
-    assert rows[0]["chosen_trajectory"] == item.trajectory_id and rows[0]["rejected_trajectory"] == item.other_id
+    assert query["preference_pairs"] == [f"review_queue:{pair.pk}"]  # the queue, never a server path
     body = _body(client.get(response["Location"]))
     assert '<option value="dpo" selected>' in body
-    assert 'name="cfg.preference_pairs" type="text"' in body and f'value="{path}"' in body
-    assert "comes from a review queue" in body
+    assert 'name="cfg.preference_pairs" type="text"' in body and f'value="review_queue:{pair.pk}"' in body
+    assert "come from a review queue" in body
 
 
-def test_run_form_ignores_preference_pairs_for_other_kinds(client, team):
+def test_run_form_ignores_preference_pairs_for_other_kinds_and_paths(client, team):
     client.force_login(team["editor"])
-    body = _body(client.get(f"/p/{team['slug']}/runs/new/", {"kind": "grpo", "preference_pairs": "/tmp/x.jsonl"}))
+    body = _body(client.get(f"/p/{team['slug']}/runs/new/", {"kind": "grpo", "preference_pairs": "review_queue:1"}))
+    assert 'value="review_queue:1"' not in body
+    body = _body(client.get(f"/p/{team['slug']}/runs/new/", {"kind": "dpo", "preference_pairs": "/tmp/x.jsonl"}))
     assert 'value="/tmp/x.jsonl"' not in body
 
 

@@ -32,6 +32,7 @@ from webapp.trajectories.services.review import (
     queue_create,
     queue_labels_to_dataset,
     queue_preference_pairs_file,
+    queue_preference_pairs_reference,
     queue_release,
     review_save,
     review_undo,
@@ -493,7 +494,9 @@ def test_preference_pairs_file_is_what_dpo_reads(project_team, run, settings, tm
     settings.DATA_DIR = tmp_path
     queue = _queue(project_team, run, kind="pair", limit=3)
     with pytest.raises(ReviewError):
-        queue_preference_pairs_file(queue=queue, actor=project_team["editor"])
+        queue_preference_pairs_file(queue=queue, folder=tmp_path)
+    with pytest.raises(ReviewError):
+        queue_preference_pairs_reference(queue=queue, actor=project_team["editor"])
     reviewer = project_team["reviewer"]
     chosen = []
     for _ in range(3):
@@ -501,9 +504,10 @@ def test_preference_pairs_file_is_what_dpo_reads(project_team, run, settings, tm
         better = max((item.trajectory, item.other), key=lambda t: t.reward or 0)
         review_save(item=item, reviewer=reviewer, preferred_id=better.pk)
         chosen.append(better.pk)
-    path = queue_preference_pairs_file(queue=queue, actor=project_team["editor"])
-    assert path.is_relative_to(tmp_path) and path.suffix == ".jsonl"
-    assert queue_preference_pairs_file(queue=queue, actor=project_team["editor"]) == path  # same labels, same file
+    assert queue_preference_pairs_reference(queue=queue, actor=project_team["editor"]) == (f"review_queue:{queue.pk}", 3)
+    path = queue_preference_pairs_file(queue=queue, folder=tmp_path / "run")
+    assert path.parent == tmp_path / "run" and path.suffix == ".jsonl"
+    assert queue_preference_pairs_file(queue=queue, folder=tmp_path / "run") == path  # same labels, same file
 
     from training.dpo import _turns
     from training.sft import _row_task, read_jsonl

@@ -388,7 +388,7 @@ def test_the_import_page_is_for_editors(client, project_team, run_copy, who, sta
     client.force_login(project_team[who])
     url = f"/p/{project_team['project'].slug}/runs/import/"
     assert client.get(url).status_code == status
-    response = client.post(url, {"archive": _upload(_zip_folder(run_copy))})
+    response = client.post(url, {"archive": _upload(_zip_folder(run_copy))}, follow=True)  # the report after a redirect
     assert response.status_code == status
     assert Run.objects.count() == (1 if status == 200 else 0)
 
@@ -398,12 +398,16 @@ def test_the_page_imports_a_zip_shows_the_report_and_marks_the_run(client, proje
     client.force_login(project_team["editor"])
     page = client.get(f"/p/{slug}/runs/import/").content.decode()
     assert 'enctype="multipart/form-data"' in page and "run_import.js" in page
-    body = client.post(f"/p/{slug}/runs/import/", {"archive": _upload(_zip_folder(run_copy)), "name": ""}).content.decode()
+    response = client.post(f"/p/{slug}/runs/import/", {"archive": _upload(_zip_folder(run_copy)), "name": ""})
+    assert response.status_code == 302  # a reload of the report sends nothing again
+    body = client.get(response["Location"]).content.decode()
     run = Run.objects.get()
     assert run.name == "grpo-run" and run.is_imported
     assert "Imported</span> as a new run" in body and f'href="/p/{slug}/runs/{run.pk}/"' in body
     assert "None: every line was a valid event." in body
-    again = client.post(f"/p/{slug}/runs/import/", {"archive": _upload(_zip_folder(run_copy))}).content.decode()
+    assert 'id="import-report"' not in client.get(f"/p/{slug}/runs/import/").content.decode()  # shown once
+    again = client.post(f"/p/{slug}/runs/import/", {"archive": _upload(_zip_folder(run_copy))},
+                        follow=True).content.decode()
     assert "nothing new" in again and Run.objects.count() == 1
     listing = client.get(f"/p/{slug}/runs/").content.decode()
     assert f'href="/p/{slug}/runs/import/"' in listing and "· imported" in listing
@@ -422,9 +426,9 @@ def test_the_page_says_what_is_wrong_with_an_upload(client, project_team, monkey
     assert missing.status_code == 400 and "Choose a .zip" in missing.content.decode()
     not_zip = client.post(url, {"archive": _upload(b"hello", "notes.txt"), "name": "kept"})
     body = not_zip.content.decode()
-    assert not_zip.status_code == 400 and "not a zip file" in body and 'value="kept"' in body
+    assert not_zip.status_code == 422 and "not a zip file" in body and 'value="kept"' in body
     traversal = client.post(url, {"archive": _upload(_zip({"run/events.jsonl": EVENT, "../x": b"x"}))})
-    assert traversal.status_code == 400 and "climbs out of the folder" in traversal.content.decode()
+    assert traversal.status_code == 422 and "climbs out of the folder" in traversal.content.decode()
     monkeypatch.setattr(service, "MAX_UPLOAD_BYTES", 1000)
     big = client.post(url, {"archive": _upload(b"PK" + b"\0" * 5000)})
     assert big.status_code == 413 and "upload limit" in big.content.decode()
@@ -448,7 +452,7 @@ def test_hostile_text_from_the_folder_is_escaped(client, project_team, tmp_path)
     slug = project_team["project"].slug
     client.force_login(project_team["editor"])
     body = client.post(f"/p/{slug}/runs/import/", {"archive": _upload(_zip_folder(run_dir, prefix="")),
-                                                    "name": f"run {HOSTILE}"}).content.decode()
+                                                    "name": f"run {HOSTILE}"}, follow=True).content.decode()
     run = Run.objects.get()
     assert run.status == RunStatus.FAILED and run.import_info["error"] == HOSTILE
     assert HOSTILE not in body and ESCAPED in body  # the skipped line's reason and the run's error
@@ -485,7 +489,7 @@ def test_the_api_answers_bad_uploads_with_the_field_and_the_reason(client, proje
     assert missing.status_code == 400 and "file" in missing.json()["errors"]
     traversal = client.post(url, {"file": _upload(_zip({"run/events.jsonl": EVENT, "../x": b"x"}))},
                             **bearer("editor"))
-    assert traversal.status_code == 400 and "climbs out" in traversal.json()["errors"]["file"]
+    assert traversal.status_code == 422 and "climbs out" in traversal.json()["errors"]["file"]
     monkeypatch.setattr(service, "MAX_UPLOAD_BYTES", 1000)
     big = client.post(url, {"file": _upload(b"\0" * 5000)}, **bearer("editor"))
     assert big.status_code == 413 and "upload limit" in big.json()["detail"]

@@ -8,6 +8,8 @@ back as a 500. Here they are refused at the boundary with a 422 that names the f
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, StringConstraints
@@ -102,3 +104,138 @@ def text_field_problem(label: str, text: str, max_length: int) -> str | None:
     if len(text) > max_length:
         return f"The {label} is {len(text)} characters long; at most {max_length} are allowed."
     return None
+
+
+# -- JSON as text from a client: numbers JSON can carry, nesting a stack can walk ----------------
+
+
+class JsonInputError(ValueError):
+    """JSON text that parses (or nearly) but cannot be accepted: `path` says where, `reason` what.
+
+    `path` is dotted like pydantic's error locations (`trajectories.0.latency_ms`), "" for the
+    whole value, so API answers name the field the same way whichever check refused it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}" if path else reason)
+        self.path = path
+        self.reason = reason
+
+
+class _Unrepresentable:
+    """Stands in, while parsing, for a number JSON cannot carry (NaN, Infinity, 1e400)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _parse_float(text: str) -> float | _Unrepresentable:
+    value = float(text)
+    return value if math.isfinite(value) else _Unrepresentable(text)
+
+
+def _child_path(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _short(path: str, parts: int = 8) -> str:
+    """A path cut to its first `parts` steps: enough to find the field, not 64 levels of `0.0.0`."""
+    steps = path.split(".")
+    return path if len(steps) <= parts else ".".join(steps[:parts]) + ".…"
+
+
+def _walk(value: Any):
+    """(path, depth, value) for `value` and everything inside it; iterative, so any depth is safe."""
+    stack: list[tuple[str, int, Any]] = [("", 0, value)]
+    while stack:
+        path, depth, item = stack.pop()
+        yield path, depth, item
+        if isinstance(item, dict):
+            stack.extend((_child_path(path, key), depth + 1, child) for key, child in reversed(item.items()))
+        elif isinstance(item, list | tuple):
+            stack.extend((_child_path(path, index), depth + 1, child)
+                         for index, child in reversed(list(enumerate(item))))
+
+
+def json_depth_problem(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """Where `value` nests deeper than `limit` levels of arrays/objects, or None.
+
+    Iterative (no recursion), so a value parsed by any means can be checked before code that
+    recurses over it (pydantic, the database adapter, a verifier) is given it.
+    """
+    for path, depth, item in _walk(value):
+        if depth >= limit and isinstance(item, dict | list | tuple):
+            return f"{_short(path) or 'the value'} nests deeper than {limit} levels of arrays/objects; flatten it"
+    return None
+
+
+def json_number_problem(value: Any) -> str | None:
+    """Where `value` holds a number no column can store (NaN, ±Infinity, an integer beyond 64 bits), or None."""
+    for path, _depth, item in _walk(value):
+        reason = _number_reason(item)
+        if reason:
+            return f"{path or 'the value'} {reason}"
+    return None
+
+
+def _number_reason(item: Any) -> str | None:
+    if isinstance(item, _Unrepresentable):
+        return (f"is {item.text}, which is not a finite number (JSON numbers must lie within about 1.8e308 in size, "
+                "and NaN or Infinity are not JSON); send a finite number or null")
+    if isinstance(item, float) and not math.isfinite(item):
+        return "is not a finite number (NaN or Infinity); send a finite number or null"
+    if isinstance(item, int) and not isinstance(item, bool) and abs(item) > BIGINT_MAX:
+        return f"is an integer beyond 64 bits (at most {BIGINT_MAX} in size); send a smaller number"
+    return None
+
+
+def _first_problem(value: Any, limit: int) -> JsonInputError | None:
+    """Nesting, and numbers no JSON reader accepts; large integers are left to each field's bounds,
+    which name the field the way its endpoint documents (a filter, a config, a count)."""
+    for path, depth, item in _walk(value):
+        if depth >= limit and isinstance(item, dict | list | tuple):
+            return JsonInputError(_short(path), f"nests deeper than {limit} levels of arrays/objects; flatten it")
+        if isinstance(item, _Unrepresentable | float):
+            reason = _number_reason(item)
+            if reason:
+                return JsonInputError(path, reason)
+    return None
+
+
+def json_loads_bounded(text: str | bytes, *, limit: int = MAX_JSON_DEPTH) -> Any:
+    """`json.loads` for text from a client: JsonInputError (path and reason) for what must be refused.
+
+    Refused: nesting deeper than `limit`; NaN, Infinity and numbers that overflow a float (1e400),
+    which Python reads but PostgreSQL's JSON and every JSON client refuse; integers of thousands
+    of digits, which Python will not read (json_number_problem finds those beyond 64 bits).
+    Invalid JSON stays a json.JSONDecodeError (with its line and column).
+    """
+    try:
+        value = json.loads(text, parse_constant=_Unrepresentable, parse_float=_parse_float)
+    except RecursionError:
+        raise JsonInputError("", f"the JSON nests deeper than {limit} levels of arrays/objects; "
+                                 "flatten it") from None
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError):
+            raise
+        # Python refuses integers of more than 4,300 digits before any check of ours can.
+        raise JsonInputError("", "holds an integer too long to read (thousands of digits); "
+                                 "send numbers of at most 64 bits") from None
+    problem = _first_problem(value, limit)
+    if problem:
+        raise problem
+    return value
+
+
+def body_too_big_message(request: Any) -> str:
+    """Why a request body over DATA_UPLOAD_MAX_MEMORY_SIZE was refused (413), for the API and the pages alike."""
+    from django.conf import settings
+
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    sent = str(request.META.get("CONTENT_LENGTH") or "")
+    size = f"{int(sent):,} bytes" if sent.isdigit() else "larger than that"
+    return (f"The request body is {size}; this server accepts at most {limit:,} bytes in a form or JSON body "
+            "(uploaded files are counted apart). Send less at once (split a batch into several requests, or "
+            "upload long text as a file), or ask the operator to raise DATA_UPLOAD_MAX_MEMORY_SIZE.")

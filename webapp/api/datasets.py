@@ -12,10 +12,11 @@ from datetime import datetime
 from typing import Annotated
 
 from django.http import StreamingHttpResponse
+from django.http.multipartparser import MultiPartParserError
 from django.utils.http import content_disposition_header
-from ninja import Field, File, Form, Query, Router, Schema
-from ninja.files import UploadedFile
+from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
+from pydantic import ValidationError
 
 from webapp.api.bounds import RowId, Text
 from webapp.api.pagination import MAX_PAGE, CursorError
@@ -31,6 +32,7 @@ from webapp.datasets.generation import (
     generation_spec,
 )
 from webapp.datasets.imports import (
+    ImportConflict,
     ImportFileError,
     ImportReport,
     import_check,
@@ -50,7 +52,7 @@ from webapp.datasets.selectors import (
     trajectories_of_task,
     version_page,
 )
-from webapp.datasets.services import ensure_stats, new_dataset_name_problem
+from webapp.datasets.services import DatasetConflict, ensure_stats, new_dataset_name_problem
 from webapp.datasets.splits import SplitMoveError, dataset_split_move
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
 from webapp.projects.models import Role
@@ -127,7 +129,9 @@ class ImportReportOut(Schema):
     accepted: int
     rejected_count: int
     duplicate_count: int
-    rejected: list[dict] = Field(description="{line, reason} of the first 500 rejected rows.")
+    rejected: list[dict] = Field(description="{line, reason} of the first 500 rejected rows (a row holding NaN, "
+                                             "Infinity or a number beyond ±1.8e308 anywhere is rejected, its "
+                                             "reason naming the field).")
     duplicates: list[dict] = Field(description="{line, reason} of the first 500 duplicates skipped.")
     splits: dict[str, int]
     categories: dict[str, int]
@@ -136,6 +140,10 @@ class ImportReportOut(Schema):
     parent_id: int | None
     parent_version: int | None
     parent_tasks: int
+    no_ground_truth_count: int = Field(0, description="Accepted NeMo Gym rows without ground_truth.")
+    no_ground_truth: list[int] = Field([], description="Their lines (the first 500).")
+    warnings: list[str] = Field([], description="What was accepted but deserves a look (rows the workplace "
+                                                "verifier cannot score).")
     dataset_id: int | None
     version: int | None
     seconds: float
@@ -309,16 +317,59 @@ def export_dataset(request, dataset_id: RowId, format: Text(16) = "crucible"):  
 # ---------------------------------------------------------------------------------------
 
 
+def _import_multipart() -> dict:
+    """The multipart body of an import, declared by hand: the view reads it only after checking access."""
+    form = ImportForm.model_json_schema()
+    properties = {"file": {"type": "string", "format": "binary",
+                           "description": "The JSONL file (Crucible or NeMo Gym rows)."}, **form["properties"]}
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+        "type": "object", "required": ["file"], "properties": properties}}}}}
+
+
+_OPTIONAL = ("dataset", "dry_run")  # an empty form field here means "not given"
+
+
+def _import_request(request) -> tuple[ImportForm, object] | Status:
+    """The form and the file of an import request, or the 400/422 that says what is wrong with them.
+
+    Read here, after the access check, rather than as ninja parameters (which parse the body before the
+    view runs): a stranger learns nothing from how a body is refused, and a malformed multipart body
+    (no boundary, an empty or non-ASCII one) is a 400 that says so, not a 500."""
+    try:
+        files, data = request.FILES, request.POST
+    except MultiPartParserError as exc:
+        return _field_errors({"file": f"The multipart body could not be read ({exc}): send the file as "
+                                      "multipart/form-data (curl -F file=@tasks.jsonl)."}, 400)
+    upload = files.get("file")
+    if upload is None:
+        return _field_errors({"file": "Send the JSONL file as the multipart field 'file' "
+                                      "(curl -F file=@tasks.jsonl)."})
+    try:
+        form = ImportForm.model_validate({key: data.get(key) for key in data
+                                          if key in ImportForm.model_fields and not (key in _OPTIONAL and
+                                                                                     data.get(key) == "")})
+    except ValidationError as exc:
+        return _field_errors({".".join(str(p) for p in error["loc"]) or "form": error["msg"]
+                              for error in exc.errors()})
+    return form, upload
+
+
 @router.post("/projects/{slug}/datasets/import",
-             response={200: ImportOut, 201: ImportOut, 404: ErrorOut, 422: FieldErrorsOut},
-             summary="Import a Crucible or NeMo Gym JSONL file")
-def import_dataset(request, slug: str, file: File[UploadedFile], form: Form[ImportForm]):
+             response={200: ImportOut, 201: ImportOut, 400: FieldErrorsOut, 404: ErrorOut, 409: FieldErrorsOut,
+                       422: FieldErrorsOut},
+             openapi_extra=_import_multipart(), summary="Import a Crucible or NeMo Gym JSONL file")
+def import_dataset(request, slug: str):
     """Multipart upload (`file`). The validation report comes first: rows accepted, rejected with line and
     reason, duplicates skipped by content hash (within the file and against `dataset`), split counts.
     `dry_run`: the report only (200), nothing written. Otherwise the new version is written in one
     transaction (201): a new dataset `name`, or `dataset`'s next version (its tasks plus the file's).
-    A file that is too large, not UTF-8 or not JSONL is a 422 on `file`."""
+    A file that is too large, not UTF-8 or not JSONL is a 422 on `file`; a body that is not readable
+    multipart a 400; a dataset name or version made by another request at the same moment a 409."""
     project = get_project_or_404(request.user, slug, Role.EDITOR)
+    parsed = _import_request(request)
+    if isinstance(parsed, Status):
+        return parsed
+    form, file = parsed
     dry_run = form.dry_run
     try:
         target = import_target(project=project, name=form.name, parent_id=form.dataset, format=form.format,
@@ -333,6 +384,8 @@ def import_dataset(request, slug: str, file: File[UploadedFile], form: Form[Impo
             return Status(200, {"dry_run": True, "report": _report_out(report), "dataset": None})
         created, report = import_create(upload.path, project=project, target=target, actor=request.user,
                                         filename=upload.filename)
+    except ImportConflict as exc:
+        return _field_errors({exc.field: str(exc)}, 409)
     except ImportFileError as exc:
         return _field_errors({exc.field: str(exc)})
     finally:
@@ -345,7 +398,8 @@ def _report_out(report: ImportReport) -> dict:
     return report.to_dict()
 
 
-@router.post("/datasets/{dataset_id}/split", response={201: SplitMoveOut, 404: ErrorOut, 422: FieldErrorsOut},
+@router.post("/datasets/{dataset_id}/split",
+             response={201: SplitMoveOut, 404: ErrorOut, 409: FieldErrorsOut, 422: FieldErrorsOut},
              summary="Move tasks to another split (a new version)")
 def move_split(request, dataset_id: RowId, body: SplitMoveIn):
     """The tasks the filter matches go to `to_split` in a new version; the version itself is unchanged."""
@@ -357,11 +411,14 @@ def move_split(request, dataset_id: RowId, body: SplitMoveIn):
         return _field_errors(exc.errors)
     except SplitMoveError as exc:
         return _field_errors({exc.field: str(exc)})
+    except DatasetConflict as exc:
+        return _field_errors({"dataset": str(exc)}, 409)
     return Status(201, {"moved": moved, "dataset": _version_out(dataset_version(dataset.project, successor.pk))})
 
 
 @router.post("/projects/{slug}/datasets/generate",
-             response={200: GenerateOut, 201: GenerateOut, 404: ErrorOut, 422: FieldErrorsOut},
+             response={200: GenerateOut, 201: GenerateOut, 404: ErrorOut, 409: FieldErrorsOut,
+                       422: FieldErrorsOut},
              summary="Generate synthetic tasks (a new version)")
 def generate_tasks(request, slug: str, body: GenerateIn):
     """The workplace generator over the chosen templates (held-out ones kept disjoint from the training ones);
@@ -390,6 +447,6 @@ def generate_tasks(request, slug: str, body: GenerateIn):
         created, report = generation_create(project=project, spec=spec, actor=request.user, name=body.name.strip(),
                                             parent=parent, description=body.description)
     except GenerationError as exc:
-        return _field_errors(exc.errors)
+        return _field_errors(exc.errors, 409 if exc.conflict else 422)
     return Status(201, {"dry_run": False, "report": report.to_dict(), "preview": [],
                         "dataset": _version_out(dataset_version(project, created.pk))})

@@ -26,7 +26,7 @@ def login_or_token_required(view, *, redirect: bool):
 
     @wraps(view)
     def wrapped(request, *args, **kwargs):
-        if request.user.is_authenticated or TOKEN_AUTH(request) is not None:
+        if request.user.is_authenticated or TOKEN_AUTH.accepts(request):
             return view(request, *args, **kwargs)
         if redirect:
             return redirect_to_login(request.get_full_path())

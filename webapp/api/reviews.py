@@ -38,11 +38,10 @@ from webapp.trajectories.review_selectors import (
 )
 from webapp.trajectories.services.review import (
     ReviewError,
-    preference_pairs,
     queue_claim_next,
     queue_create,
     queue_labels_to_dataset,
-    queue_preference_pairs_file,
+    queue_preference_pairs_reference,
     queue_release,
     review_save,
     review_undo,
@@ -206,7 +205,8 @@ class QueueToDatasetIn(Schema):
 
 
 class PreferencePairsFileOut(Schema):
-    path: str = Field(description="Give it as `preference_pairs` in a DPO run's config.")
+    preference_pairs: str = Field(description="The queue as a DPO run's config names it (\"review_queue:<id>\"): give "
+                                              "it as `preference_pairs`; the server writes the pairs for the job.")
     pairs: int
 
 
@@ -395,16 +395,18 @@ def queue_to_dataset(request, queue_id: RowId, body: QueueToDatasetIn):
 
 
 @router.post("/review-queues/{queue_id}/preference-pairs", response={201: PreferencePairsFileOut, **ERRORS},
-             summary="Write the queue's preference labels as a DPO pairs file")
+             summary="Check the queue's preference labels and name them for a DPO run")
 def queue_pairs_file(request, queue_id: RowId):
-    """The JSONL file training/dpo.py reads ({task, chosen, rejected} per line), written in the
-    data directory (editor); give its path as `preference_pairs` in a DPO run's config."""
+    """What a DPO run's config gives as `preference_pairs` for this queue ("review_queue:<id>"),
+    and how many pairs it holds now (editor). The run names the queue, never a file: when its
+    job starts, the server writes the pairs ({task, chosen, rejected} per line) into the run's
+    folder. 422 when the queue has no usable preference label."""
     queue = _queue_for(request, queue_id, Role.EDITOR)
     try:
-        path = queue_preference_pairs_file(queue=queue, actor=request.user)
+        reference, pairs = queue_preference_pairs_reference(queue=queue, actor=request.user)
     except ReviewError as exc:
         return _failed(exc)
-    return Status(201, PreferencePairsFileOut(path=str(path), pairs=len(preference_pairs(queue))))
+    return Status(201, PreferencePairsFileOut(preference_pairs=reference, pairs=pairs))
 
 
 # ---------------------------------------------------------------------------------------

@@ -5,8 +5,10 @@
 
 Editors only (viewers 403, non-members 404). The answer is the import's report, the same one
 the Import a run page shows and `manage.py import_run` prints; importing the same folder
-again answers created=false, nothing_new=true. Errors: 400 with {"detail", "errors":
-{"file" | "name": message}}, 413 when the zip is over the upload limit.
+again answers created=false, nothing_new=true. Errors, all as {"detail", "errors": {"file" | "name":
+message}}: 400 when the body is not readable multipart or has no file, 422 when the zip cannot be
+imported (damaged, unsafe, not a run folder) or the name is too long, 413 when the zip is over the
+upload limit. A failed import writes nothing (no run row, no extracted files).
 
 The multipart body is read by hand, after an upload handler that stops past the limit is in
 place (with token auth; a browser session's CSRF check reads the body first).
@@ -14,6 +16,7 @@ place (with token auth; a browser session's CSRF check reads the body first).
 
 from __future__ import annotations
 
+from django.http.multipartparser import MultiPartParserError
 from ninja import Field, Router, Schema
 from ninja.responses import Status
 
@@ -95,7 +98,7 @@ def _error(status: int, field: str, message: str) -> Status:
 
 
 @router.post("/projects/{slug}/runs/import", response={200: ImportReportOut, 400: ImportErrorOut,
-                                                        413: ImportErrorOut},
+                                                        413: ImportErrorOut, 422: ImportErrorOut},
              openapi_extra=MULTIPART, summary="Import a run folder (zip)")
 def import_run(request, slug: str):
     """Import a zip of a `python -m training run` folder as an imported run (idempotent); returns the report."""
@@ -105,19 +108,23 @@ def import_run(request, slug: str):
     limiter = UploadLimitHandler(request)
     if not hasattr(request, "_files"):
         request.upload_handlers.insert(0, limiter)
-    upload = request.FILES.get("file")
-    name = request.POST.get("name", "").strip()
+    try:
+        upload = request.FILES.get("file")
+        name = request.POST.get("name", "").strip()
+    except MultiPartParserError as exc:
+        return _error(400, "file", f"The multipart body could not be read ({exc}): send the zip as "
+                                   "multipart/form-data (curl -F file=@run.zip).")
     if limiter.exceeded:
         return _error(413, "file", too_large_message())
     if upload is None:
         return _error(400, "file", "Send the zip of the run folder as the multipart field 'file'.")
     try:
         if len(name) > NAME_LIMIT or "\x00" in name:
-            return _error(400, "name", f"At most {NAME_LIMIT} characters, without NUL.")
+            return _error(422, "name", f"At most {NAME_LIMIT} characters, without NUL.")
         report = run_import_zip(project=project, archive=upload, actor=request.user, name=name or None,
                                 archive_name=upload.name or "upload.zip")
     except RunImportError as exc:
-        return _error(400, "file", str(exc))
+        return _error(422, "file", str(exc))
     finally:
         upload.close()
     return report.as_dict()

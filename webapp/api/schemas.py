@@ -47,7 +47,16 @@ class JobIn(Schema):
 
 
 class ErrorOut(Schema):
+    """Every error answer of the API: `detail` says what was wrong and what to do."""
+
     detail: str
+
+
+class ValidationErrorOut(Schema):
+    """A 422: `detail` lists the problems, `errors` maps each field (dotted path) to its problem."""
+
+    detail: str
+    errors: dict[str, str] = {}
 
 
 class ProductionTaskIn(Schema):

@@ -16,3 +16,6 @@ urlpatterns = [
     path("api/", protect_docs(api.urls)),
     path("", include("webapp.dashboard.urls")),
 ]
+
+# A body over the upload limit: 413 with the limit, not a bare 400 (webapp.dashboard.views.errors).
+handler400 = "webapp.dashboard.views.errors.bad_request"

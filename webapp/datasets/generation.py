@@ -27,6 +27,7 @@ from environments.types import Task as EnvTask
 from environments.workplace import generator
 from webapp.datasets.models import Lineage, Source, Task, TaskDataset
 from webapp.datasets.services import (
+    DatasetConflict,
     dataset_create,
     dataset_new_version,
     task_content_hash,
@@ -49,8 +50,9 @@ _PREFIXES = {"email": "email", "calendar": "calendar", "analytics": "analytics",
 class GenerationError(ValueError):
     """A spec that cannot be generated; `errors` maps each form field to what is wrong."""
 
-    def __init__(self, errors: dict[str, str]):
+    def __init__(self, errors: dict[str, str], *, conflict: bool = False):
         self.errors = errors
+        self.conflict = conflict  # another request made the same name or version first (the API answers 409)
         super().__init__("; ".join(f"{name}: {message}" for name, message in errors.items()))
 
 
@@ -224,7 +226,8 @@ def generation_create(*, project: Project, spec: GenerationSpec, actor, name: st
             if parent is None:
                 dataset = dataset_create(project=project, name=name, tasks=tasks, actor=actor,
                                          environment=spec.environment, source=Source.SYNTHETIC,
-                                         description=description, lineage=Lineage.GENERATION, lineage_detail=detail)
+                                         description=description, lineage=Lineage.GENERATION, lineage_detail=detail,
+                                         new=True)
             else:
                 hashes = {task_content_hash(t): t for t in tasks}
                 held = set()
@@ -240,7 +243,9 @@ def generation_create(*, project: Project, spec: GenerationSpec, actor, name: st
                                                       "already: change the seed or the templates"})
                 dataset = dataset_new_version(dataset=parent, add=fresh, actor=actor, lineage=Lineage.GENERATION,
                                               lineage_detail=detail)
+    except DatasetConflict as exc:
+        raise GenerationError({"name": str(exc)}, conflict=True) from None
     except IntegrityError:
         raise GenerationError({"name": "another version of this dataset was created at the same time; "
-                                       "try again"}) from None
+                                       "try again"}, conflict=True) from None
     return dataset, report

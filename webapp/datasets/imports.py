@@ -11,6 +11,16 @@ One service for the import page, the API and `manage.py import_tasks`:
   transaction: the parent's tasks (when adding to a dataset) plus the accepted rows, each with
   its provenance (file and line) in `metadata["provenance"]`.
 
+Numbers: a row holding NaN, Infinity or a number beyond a double's range (1e400) anywhere (its
+task, tools, ground truth, metadata) is rejected with its line and the path to that number
+(webapp.datasets.strict_json, the rule the run import shares); the report and the write read
+the file the same way, so what the report accepts is what gets written.
+
+NeMo Gym rows: the task row format carries `ground_truth`, the expected calls that the workplace
+verifier replays to score an answer. A row without it (or with null, as a task without an expected
+answer exports) is accepted, since a verifier that needs no expected answer (an LLM judge) can
+still score it, but the report warns with the count and the lines: the workplace verifier cannot.
+
 Between the report and "create version" the page keeps the uploaded file in the data directory
 (`upload_store`), under a random token tied to the user and the project; cancel deletes it.
 
@@ -37,8 +47,10 @@ from environments import nemo_gym
 from environments.types import Task as EnvTask
 from environments.types import ToolSpec
 from webapp.api.bounds import json_problem
+from webapp.datasets import strict_json
 from webapp.datasets.models import Lineage, Source, Split, Task, TaskDataset
 from webapp.datasets.services import (
+    DatasetConflict,
     dataset_create,
     dataset_new_version,
     new_dataset_name_problem,
@@ -80,6 +92,10 @@ class ImportFileError(ValueError):
     def __init__(self, message: str, field: str = "file"):
         self.field = field
         super().__init__(message)
+
+
+class ImportConflict(ImportFileError):
+    """Another request made the same dataset name or version at the same moment (the API answers 409)."""
 
 
 class RowError(ValueError):
@@ -152,6 +168,8 @@ class ImportReport:
     parent_id: int | None = None
     parent_version: int | None = None
     parent_tasks: int = 0
+    no_ground_truth_count: int = 0  # accepted NeMo Gym rows without ground_truth
+    no_ground_truth: list[int] = field(default_factory=list)  # their lines, the first MAX_LISTED
     dataset_id: int | None = None  # once written
     version: int | None = None
     seconds: float = 0.0
@@ -169,11 +187,23 @@ class ImportReport:
         return self.duplicate_count - len(self.duplicates)
 
     @property
+    def warnings(self) -> list[str]:
+        """What was accepted but deserves a look before the version is used."""
+        out = []
+        if self.no_ground_truth_count:
+            lines = ", ".join(map(str, self.no_ground_truth[:20])) + ("…" if self.no_ground_truth_count > 20 else "")
+            out.append(f"{self.no_ground_truth_count} accepted NeMo Gym row(s) have no ground_truth (line(s) {lines}): "
+                       "the workplace verifier replays the expected calls of ground_truth to score an answer and "
+                       "cannot score these tasks; an LLM-judge verifier can. Add ground_truth to the rows (a list of "
+                       "{\"name\", \"arguments\"} calls) if the workplace verifier is to score them.")
+        return out
+
+    @property
     def total_after(self) -> int:
         return self.parent_tasks + self.accepted
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "warnings": self.warnings}
 
     @classmethod
     def from_dict(cls, data: dict) -> ImportReport:
@@ -213,10 +243,6 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                     f"at column {exc.start + 1}). Save it as UTF-8 and upload it again.") from None
             if text.strip():
                 yield number, text
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 def _detect(row: Any) -> str | None:
@@ -343,12 +369,19 @@ def _parse(path: Path, target: ImportTarget, report: ImportReport) -> Iterator[_
     for number, text in _lines(path):
         report.lines += 1
         try:
-            row = json.loads(text, parse_constant=_no_constant)
+            row = strict_json.loads(text)
+        except strict_json.NonFiniteNumber as exc:
+            if isinstance(exc.value, dict):  # a JSON object, refused for one of its numbers
+                objects += 1
+                chosen = chosen or _detect(exc.value)
+                report.format = chosen or report.format
+            else:
+                first_bad = first_bad or (number, text)
+            report._reject(number, str(exc))
+            continue
         except (ValueError, RecursionError) as exc:
-            reason = ("not valid JSON (nested too deeply)" if isinstance(exc, RecursionError) else
-                      f"not valid JSON ({exc.msg if isinstance(exc, json.JSONDecodeError) else exc})")
             first_bad = first_bad or (number, text)
-            report._reject(number, reason)
+            report._reject(number, f"not valid JSON ({strict_json.error_text(exc)})")
             continue
         if not isinstance(row, dict):
             first_bad = first_bad or (number, text)
@@ -407,6 +440,10 @@ def _accepted_rows(path: Path, target: ImportTarget, report: ImportReport) -> It
                 report._duplicate(row.line, f"already in {parent.name} v{parent.version} (same content hash)")
                 continue
             report.accepted += 1
+            if report.format == "nemo_gym" and row.task.ground_truth is None:
+                report.no_ground_truth_count += 1
+                if len(report.no_ground_truth) < MAX_LISTED:
+                    report.no_ground_truth.append(row.line)
             report.splits[row.task.split] = report.splits.get(row.task.split, 0) + 1
             report.categories[row.task.category] = report.categories.get(row.task.category, 0) + 1
             yield row
@@ -486,7 +523,7 @@ def import_create(path: str | Path, *, project: Project, target: ImportTarget, a
                 dataset = dataset_create(
                     project=project, name=target.name, tasks=(task for task, _ in tasks()), actor=actor,
                     environment=target.environment, source=Source.IMPORTED, description=target.description,
-                    lineage=Lineage.IMPORT, lineage_detail=detail)
+                    lineage=Lineage.IMPORT, lineage_detail=detail, new=True)
             if report.accepted == 0:
                 raise _NothingToImport
             detail.update({"format": report.format, "rows": report.accepted, "rejected": report.rejected_count,
@@ -497,9 +534,11 @@ def import_create(path: str | Path, *, project: Project, target: ImportTarget, a
     except _NothingToImport:
         raise ImportFileError("No row of the file can be imported (see the rejected rows and duplicates): "
                               "nothing was written.") from None
+    except DatasetConflict as exc:
+        raise ImportConflict(str(exc), "name") from None
     except IntegrityError:
-        raise ImportFileError("Another version of this dataset was created at the same time: nothing was "
-                              "written; check the report again and retry.", "name") from None
+        raise ImportConflict("Another version of this dataset was created at the same time: nothing was "
+                             "written; check the report again and retry.", "name") from None
     report.dataset_id, report.version = dataset.pk, dataset.version
     report.seconds = round(time.perf_counter() - started, 3)
     return dataset, report

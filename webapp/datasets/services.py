@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Max, QuerySet
 from django.db.models.functions import Collate
 from django.utils import timezone
@@ -45,6 +45,26 @@ def task_row(task: EnvTask, *, source: str, content_hash: str | None = None) -> 
         category=task.category, split=split, source=source, metadata=task.metadata,
         content_hash=content_hash or task_content_hash(task), search_text=search_text_of(task.messages),
     )
+
+
+class DatasetConflict(ValueError):
+    """Another request wrote this dataset name (or this version) first: nothing of this one was written.
+
+    Two requests that make the same new dataset, or the next version of the same one, at the same
+    moment both find the same free version number; the database's unique (project, name, version)
+    lets one through and the other gets this, never a 500 and never a silent extra version."""
+
+
+def _create_version(**fields) -> TaskDataset:
+    """TaskDataset.objects.create, with the unique-version race answered as DatasetConflict."""
+    try:
+        with transaction.atomic():
+            return TaskDataset.objects.create(**fields)
+    except IntegrityError:
+        raise DatasetConflict(
+            f"Version {fields['version']} of the dataset {fields['name']!r} was created by another request at the "
+            "same moment: nothing was written. Look at the datasets list, then retry (as a new version of it, or "
+            "under another name).") from None
 
 
 def _next_version(project: Project, name: str) -> int:
@@ -89,11 +109,19 @@ def _copy(batch: list[Task]) -> None:
 def dataset_create(
     *, project: Project, name: str, tasks: Iterable[EnvTask], actor, environment: str = "",
     source: str = Source.SYNTHETIC, description: str = "", lineage: str = "", lineage_detail: dict | None = None,
+    new: bool = False,
 ) -> TaskDataset:
-    """A new version of dataset `name` holding these tasks (duplicates by content are skipped)."""
-    version = _next_version(project, name)
-    parent = TaskDataset.objects.filter(project=project, name=name, version=version - 1).first()
-    dataset = TaskDataset.objects.create(
+    """A new version of dataset `name` holding these tasks (duplicates by content are skipped).
+
+    `new`: the caller asked for a new dataset (an import or a generation under a new name), so a
+    name that exists by now, made meanwhile by someone else, is a DatasetConflict rather than its
+    next version."""
+    if new and TaskDataset.objects.filter(project=project, name=name).exists():
+        raise DatasetConflict(f"A dataset named {name!r} was created meanwhile (by another request): nothing was "
+                              "written. Add to it as its next version, or pick another name.")
+    version = 1 if new else _next_version(project, name)
+    parent = None if new else TaskDataset.objects.filter(project=project, name=name, version=version - 1).first()
+    dataset = _create_version(
         project=project, name=name, version=version, environment=environment,
         description=description, parent=parent, created_by=actor,
         lineage=lineage or _LINEAGE_OF_SOURCE.get(source, ""), lineage_detail=lineage_detail or {},
@@ -176,7 +204,7 @@ def dataset_new_version(
     if lineage is None:
         add = list(add)
         lineage = Lineage.TRAJECTORIES if any(t.origin_trajectory_id for t in add) else Lineage.EDIT
-    successor = TaskDataset.objects.create(
+    successor = _create_version(
         project=dataset.project, name=dataset.name, version=_next_version(dataset.project, dataset.name),
         environment=dataset.environment, description=dataset.description, parent=dataset, created_by=actor,
         lineage=lineage, lineage_detail=lineage_detail or {},

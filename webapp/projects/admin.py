@@ -20,9 +20,11 @@ from django.core.exceptions import ValidationError
 from django.forms.models import BaseInlineFormSet
 from django.template.response import TemplateResponse
 
-from webapp.projects.models import ApiToken, AuditEvent, Membership, Project, Role
+from webapp.projects.models import ApiToken, AuditEvent, Membership, Project, Role, TokenAccess
 from webapp.projects.services import (
+    TokenOptionsError,
     api_token_issue,
+    api_token_options_check,
     api_token_revoke,
     audit_log,
     membership_set_role,
@@ -156,10 +158,20 @@ class ProjectAdmin(admin.ModelAdmin):
 # --- API tokens: issued by the service, the secret shown once -----------------------------------
 
 
+TOKEN_ADD_FIELDS = ["user", "name", "access", "project", "expires_at"]
+
+
 class ApiTokenAddForm(forms.ModelForm):
     class Meta:
         model = ApiToken
-        fields = ["user", "name"]
+        fields = TOKEN_ADD_FIELDS
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["access"].required = False  # left out: read-write, as before tokens had a scope
+
+    def clean_access(self) -> str:
+        return self.cleaned_data.get("access") or TokenAccess.READ_WRITE
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()
@@ -173,27 +185,39 @@ class ApiTokenAddForm(forms.ModelForm):
             raise ValidationError("This user is inactive: a token of theirs would never authenticate.")
         return user
 
+    def clean(self):
+        data = super().clean()
+        user = data.get("user")
+        if user is not None and not self.errors:
+            try:
+                api_token_options_check(user=user, access=data.get("access"), project=data.get("project"),
+                                     expires_at=data.get("expires_at"))
+            except TokenOptionsError as exc:
+                raise ValidationError(str(exc)) from None
+        return data
+
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     """Add issues a token and shows its secret once; existing tokens can be revoked, not edited."""
 
-    list_display = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
-    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    list_display = ["name", "user", "prefix", "access", "project", "created_at", "last_used_at", "expires_at",
+                    "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter), "access"]
     search_fields = ["name", "prefix", "user__username"]
-    fields = ["user", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
-    readonly_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
+    fields = ["user", "name", "prefix", "access", "project", "created_at", "last_used_at", "expires_at", "revoked_at"]
+    readonly_fields = ["prefix", "access", "project", "created_at", "last_used_at", "expires_at", "revoked_at"]
     actions = ["revoke_tokens"]
     add_form_template = "admin/projects/apitoken/add_form.html"
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
             kwargs["form"] = ApiTokenAddForm
-            kwargs["fields"] = ["user", "name"]
+            kwargs["fields"] = TOKEN_ADD_FIELDS
         return super().get_form(request, obj, change=change, **kwargs)
 
     def get_fields(self, request, obj=None):
-        return ["user", "name"] if obj is None else self.fields
+        return TOKEN_ADD_FIELDS if obj is None else self.fields
 
     def get_readonly_fields(self, request, obj=None):
         return [] if obj is None else self.readonly_fields
@@ -202,7 +226,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return False  # a token's owner and name are fixed; revoke it and issue another
 
     def save_model(self, request, obj, form, change) -> None:
-        issued = api_token_issue(user=form.cleaned_data["user"], name=form.cleaned_data["name"])
+        data = form.cleaned_data
+        issued = api_token_issue(user=data["user"], name=data["name"], access=data["access"], project=data["project"],
+                                 expires_at=data["expires_at"])
         # Let the admin's log entry and response refer to the row the service created.
         obj.pk = issued.token.pk
         obj.prefix = issued.token.prefix

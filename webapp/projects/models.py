@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class Role(models.TextChoices):
@@ -50,19 +51,44 @@ class Membership(models.Model):
         return f"{self.user} in {self.project} as {self.role}"
 
 
+class TokenAccess(models.TextChoices):
+    """What a token may do: read (GET only) or everything its user's role allows."""
+
+    READ = "read", "Read-only"
+    READ_WRITE = "read-write", "Read-write"
+
+
 class ApiToken(models.Model):
-    """A bearer token for scripts. Only its SHA-256 is stored; the token is shown once."""
+    """A bearer token for scripts. Only its SHA-256 is stored; the token is shown once.
+
+    A token acts as its user, narrowed by its scope: `access` read-only allows only reads, `project`
+    (when set) limits it to that one project, and `expires_at` (when set) ends it without a revoke.
+    """
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=12, help_text="First characters, to recognise a token in lists.")
     token_hash = models.CharField(max_length=64, unique=True)
+    access = models.CharField(max_length=16, choices=TokenAccess.choices, default=TokenAccess.READ_WRITE,
+                              help_text="Read-only tokens may only read (GET); read-write ones may do what the user may.")
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens",
+        help_text="When set, the token works only in this project; empty: every project of its user.",
+    )
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="When set, the token stops working then.")
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def read_only(self) -> bool:
+        return self.access == TokenAccess.READ
+
+    def is_expired(self, now=None) -> bool:
+        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
 
 
 class AuditEvent(models.Model):

@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from datetime import UTC
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from webapp.projects.access import TokenScope, has_role
 from webapp.projects.models import (
     ApiToken,
     AuditEvent,
@@ -18,6 +20,7 @@ from webapp.projects.models import (
     Project,
     Role,
     Theme,
+    TokenAccess,
     UserPreference,
 )
 
@@ -88,25 +91,63 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def api_token_issue(*, user, name: str) -> IssuedToken:
+class TokenOptionsError(ValueError):
+    """A token's scope or expiry cannot be issued as asked; the message says what to give instead."""
+
+
+class TokenExpired(ValueError):
+    """A real token past its expiry: answered 401 with when it expired, so its owner issues another."""
+
+
+def api_token_issue(*, user, name: str, access: str = TokenAccess.READ_WRITE, project: Project | None = None,
+                    expires_at=None) -> IssuedToken:
+    """Issue a token; `access`, `project` and `expires_at` narrow it (read-only, one project, an end)."""
+    api_token_options_check(user=user, access=access, project=project, expires_at=expires_at)
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(user=user, name=name, prefix=raw[:12], token_hash=hash_token(raw))
+    token = ApiToken.objects.create(user=user, name=name, prefix=raw[:12], token_hash=hash_token(raw),
+                                    access=access, project=project, expires_at=expires_at)
     return IssuedToken(token=token, raw=raw)
 
 
+def api_token_options_check(*, user, access: str, project: Project | None, expires_at) -> None:
+    """Refuse a scope the token could not work with: an unknown access, a past expiry, a foreign project."""
+    if access not in TokenAccess.values:
+        raise TokenOptionsError(f"Unknown access {access!r}: choose one of {', '.join(TokenAccess.values)}.")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise TokenOptionsError("The expiry must be in the future: pick a later date, or none for no expiry.")
+    if project is not None and not has_role(user, project, Role.VIEWER):
+        raise TokenOptionsError(f"{user.get_username()} is not a member of the project {project.slug!r}: a token "
+                                "can only be limited to a project its user belongs to.")
+
+
 def api_token_authenticate(raw: str):
-    """The active user owning this token, or None; records last use."""
+    """The active user owning this token with its scope attached (`user.token_scope`), or None.
+
+    Records last use. An expired token raises TokenExpired (it is a real token, not a guess, so
+    its owner is told it expired rather than that it is unknown).
+    """
     if not raw or not raw.startswith(TOKEN_PREFIX):
         return None
     token = (
-        ApiToken.objects.select_related("user")
+        ApiToken.objects.select_related("user", "project")
         .filter(token_hash=hash_token(raw), revoked_at__isnull=True, user__is_active=True)
         .first()
     )
     if token is None:
         return None
-    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
-    return token.user
+    now = timezone.now()
+    if token.is_expired(now):
+        raise TokenExpired(
+            f"This API token ({token.prefix}…, “{token.name}”) expired on {token.expires_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC: "
+            "issue a new one on a project's settings page or with `manage.py crucible_token create`."
+        )
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    user = token.user
+    user.token_scope = TokenScope(
+        project_id=token.project_id, project_name=token.project.name if token.project else "",
+        read_only=token.read_only,
+    )
+    return user
 
 
 def api_token_revoke(*, token: ApiToken) -> None:

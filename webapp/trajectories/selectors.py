@@ -8,9 +8,11 @@ takes the same parameters. `TrajectoryFilter.from_query` is the one parser; a ba
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from webapp.api.pagination import Page, keyset_page
@@ -167,6 +169,14 @@ class TrajectoryFilter:
 FILTER_FIELDS = tuple(f.name for f in fields(TrajectoryFilter))
 
 
+def _has_flag(flag: str) -> Q:
+    """Rows whose `flags` list holds `flag`. SQLite has no JSON `contains` (it raised, a 500 on the
+    embedded default); there the stored JSON text holds the flag as a quoted string."""
+    if connection.vendor == "postgresql":
+        return Q(flags__contains=[flag])
+    return Q(flags__icontains=json.dumps(flag))
+
+
 def filtered_trajectories(project: Project, flt: TrajectoryFilter) -> QuerySet[Trajectory]:
     """The project's trajectories that match `flt` (unordered; callers choose the order)."""
     rows = Trajectory.objects.filter(project=project)
@@ -189,7 +199,7 @@ def filtered_trajectories(project: Project, flt: TrajectoryFilter) -> QuerySet[T
     if flt.bucket:
         rows = rows.filter(failure_bucket="" if flt.bucket == "none" else flt.bucket)
     if flt.flag:
-        rows = rows.filter(flags__contains=[flt.flag])
+        rows = rows.filter(_has_flag(flt.flag))
     if flt.category:
         rows = rows.filter(Q(task__category=flt.category) | Q(task__isnull=True, task_snapshot__category=flt.category))
     if flt.text:

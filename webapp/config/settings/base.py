@@ -229,6 +229,22 @@ CRUCIBLE_JOB_MAX_ATTEMPTS = env_int("CRUCIBLE_JOB_MAX_ATTEMPTS", 3, minimum=1)
 CRUCIBLE_JOB_LEASE_SECONDS = env_int("CRUCIBLE_JOB_LEASE_SECONDS", 120, minimum=5)
 CRUCIBLE_JOB_TIMEOUT_SECONDS = env_int("CRUCIBLE_JOB_TIMEOUT_SECONDS", 24 * 3600, minimum=10)
 CRUCIBLE_RUNS_DIR = DATA_DIR / "runs"
+# Folders under which a project's model may be a folder on this machine (settings page, API):
+# a path anywhere else is refused, so a registered model cannot make a job read the server's
+# files. Comma-separated absolute paths; default DATA_DIR/models (training's GGUF conversions
+# land there too). A Hugging Face id needs no root.
+CRUCIBLE_MODEL_ROOTS = [Path(p).expanduser() for p in env_list("CRUCIBLE_MODEL_ROOTS", [str(DATA_DIR / "models")])]
+
+# The llm_judge verifier (docs/deploy.md, "LLM judges"): an editor chooses its base_url, so the
+# operator decides what it may reach. Empty CRUCIBLE_JUDGE_ALLOWED_HOSTS: any host with a public
+# address; otherwise host names (*.example.com), IPs and networks (10.0.0.0/8), with an optional
+# :port. Loopback (a model server on this machine, but also the database and Redis) only with
+# CRUCIBLE_JUDGE_ALLOW_LOOPBACK=true; link-local and cloud metadata never. Judge keys are the
+# environment variables CRUCIBLE_JUDGE_KEY_<NAME> and nothing else (read where the judge runs).
+CRUCIBLE_JUDGE_ALLOWED_HOSTS = env_list("CRUCIBLE_JUDGE_ALLOWED_HOSTS", [])
+CRUCIBLE_JUDGE_ALLOW_LOOPBACK = env_bool("CRUCIBLE_JUDGE_ALLOW_LOOPBACK", False)
+CRUCIBLE_JUDGE_MAX_SECONDS = env_int("CRUCIBLE_JUDGE_MAX_SECONDS", 120, minimum=1)
+CRUCIBLE_JUDGE_MAX_RESPONSE_BYTES = env_int("CRUCIBLE_JUDGE_MAX_RESPONSE_BYTES", 2_000_000, minimum=1024)
 
 LOGGING = {
     "version": 1,

@@ -5,6 +5,7 @@ Tests keep their data (SQLite test file, filesystem broker, run folders) in
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("CRUCIBLE_DATA_DIR", str(Path(__file__).resolve().parents[3] / ".crucible-test"))
@@ -20,3 +21,7 @@ ALLOWED_HOSTS = ["*"]
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not :memory:, so that real worker subprocesses see the test database.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-crucible.sqlite3")}
+
+# Tests keep their model folders in pytest's temporary folders (the journey test registers one,
+# worker tests run jobs on one), so the system's temporary folder is a model root here too.
+CRUCIBLE_MODEL_ROOTS = [*CRUCIBLE_MODEL_ROOTS, Path(tempfile.gettempdir())]  # noqa: F405

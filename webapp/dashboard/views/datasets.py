@@ -12,6 +12,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import content_disposition_header
@@ -331,17 +332,31 @@ def _import_form(request: HttpRequest, project: Project, *, values: dict, errors
     return render(request, "dashboard/datasets/import.html", context, status=status)
 
 
+def _unreadable_upload(exc: MultiPartParserError) -> str:
+    return (f"The upload could not be read ({exc}): the browser sent a broken multipart body. Choose the file "
+            "again and resend the form.")
+
+
 @login_required
 @csrf_exempt  # the upload handler must be in place before the CSRF check reads the body; checked below
 def dataset_import_page(request: HttpRequest, slug: str) -> HttpResponse:
+    # Access first, before anything reads the body: a stranger gets the 404 whatever they send.
+    project = get_project_or_404(request.user, slug, Role.EDITOR)
     limiter = SizeLimitHandler(max_import_bytes(), request)
     request.upload_handlers.insert(0, limiter)
-    return _dataset_import(request, slug, limiter)
+    if request.method == "POST":
+        try:
+            request.POST  # noqa: B018 - parse the multipart body here, where a broken one can be answered
+        except MultiPartParserError as exc:
+            values = {"format": "auto", "split": Split.TRAIN, "dataset": ""}
+            return _import_form(request, project, values=values, errors={"file": _unreadable_upload(exc)},
+                                status=400)
+    return _dataset_import(request, project, limiter)
 
 
 @csrf_protect
-def _dataset_import(request: HttpRequest, slug: str, limiter: SizeLimitHandler) -> HttpResponse:
-    project = get_project_or_404(request.user, slug, Role.EDITOR)
+def _dataset_import(request: HttpRequest, project: Project, limiter: SizeLimitHandler) -> HttpResponse:
+    slug = project.slug
     if request.method != "POST":
         values = {"format": "auto", "split": Split.TRAIN, "dataset": request.GET.get("dataset", "")}
         return _import_form(request, project, values=values, errors={})

@@ -52,7 +52,7 @@ from webapp.trajectories.review_selectors import (
     queue_list,
     queue_progress,
 )
-from webapp.trajectories.services.evals import tasks_into_new_dataset
+from webapp.trajectories.services.evals import EvalsReport, tasks_into_new_dataset
 from webapp.trajectories.services.review import (
     CORRECTED_OUTPUT_LENGTH,
     NOTE_LENGTH,
@@ -60,7 +60,7 @@ from webapp.trajectories.services.review import (
     queue_claim_next,
     queue_create,
     queue_labels_to_dataset,
-    queue_preference_pairs_file,
+    queue_preference_pairs_reference,
     queue_release,
     review_save,
     review_undo,
@@ -352,7 +352,29 @@ def _render_queue(request, queue: ReviewQueue, *, report=None, dataset_form: dic
 @login_required
 @require_GET
 def review_queue_page(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
-    return _render_queue(request, _queue_for(request, slug, queue_id))
+    queue = _queue_for(request, slug, queue_id)
+    return _render_queue(request, queue, report=_pop_dataset_report(request, queue))
+
+
+DATASET_REPORT_KEY = "crucible.queue_dataset_report.{}"
+REPORT_SKIPPED_KEPT = 200
+
+
+def _keep_dataset_report(request: HttpRequest, queue: ReviewQueue, report: EvalsReport) -> None:
+    """Hold what "labels into a dataset" made for the queue page that the form redirects to (shown once)."""
+    request.session[DATASET_REPORT_KEY.format(queue.pk)] = {
+        "dataset": report.dataset.pk if report.dataset else None, "created": report.created,
+        "duplicates": report.duplicates, "skipped": report.skipped[:REPORT_SKIPPED_KEPT],
+    }
+
+
+def _pop_dataset_report(request: HttpRequest, queue: ReviewQueue) -> EvalsReport | None:
+    held = request.session.pop(DATASET_REPORT_KEY.format(queue.pk), None)
+    if not isinstance(held, dict):
+        return None
+    dataset = queue.project.datasets.filter(pk=held.get("dataset")).first() if held.get("dataset") else None
+    return EvalsReport(dataset=dataset, created=held.get("created", 0), duplicates=held.get("duplicates", 0),
+                       skipped=held.get("skipped", []))
 
 
 @login_required
@@ -377,8 +399,11 @@ def review_to_dataset(request: HttpRequest, slug: str, queue_id: int) -> HttpRes
             errors = {("dataset_name" if key == "dataset" else key): message for key, message in exc.errors.items()}
             if "dataset_name" in errors and not form["dataset_name"]:
                 errors["dataset_name"] = "Choose the dataset that gets a new version with these tasks."
-    return _render_queue(request, queue, report=report, dataset_form=form, errors=errors,
-                         status=422 if errors else 200)
+    if errors:
+        return _render_queue(request, queue, report=report, dataset_form=form, errors=errors, status=422)
+    # Redirect, so that reloading the page that shows the report cannot make another dataset version.
+    _keep_dataset_report(request, queue, report)
+    return redirect(reverse("dashboard:review_queue", args=[slug, queue.pk]) + "#dataset-report")
 
 
 def _labels_to_new_dataset(request: HttpRequest, queue, form: dict) -> tuple:
@@ -397,14 +422,14 @@ def _labels_to_new_dataset(request: HttpRequest, queue, form: dict) -> tuple:
 @login_required
 @require_POST
 def review_dpo(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
-    """Write the queue's preference pairs to a file and open the run form for a DPO run on it."""
+    """Open the run form for a DPO run on the queue's preference pairs (the queue, never a file path)."""
     queue = _queue_for(request, slug, queue_id, Role.EDITOR)
     try:
-        path = queue_preference_pairs_file(queue=queue, actor=request.user)
+        reference, _pairs = queue_preference_pairs_reference(queue=queue, actor=request.user)
     except ReviewError as exc:
         messages.error(request, "; ".join(exc.errors.values()) if exc.errors else str(exc))
         return redirect("dashboard:review_queue", slug=slug, queue_id=queue.pk)
-    query = {"kind": "dpo", "preference_pairs": str(path)}
+    query = {"kind": "dpo", "preference_pairs": reference}
     return redirect(f"{reverse('dashboard:run_new', args=[slug])}?{urlencode(query)}")
 
 

@@ -8,9 +8,12 @@ safely into a temporary folder under the data directory by the same service that
 
 from __future__ import annotations
 
+import dataclasses
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.http.multipartparser import MultiPartParserError
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
@@ -20,7 +23,10 @@ from webapp.projects.models import Project, Role
 from webapp.runs.services import run_import as service
 from webapp.runs.services.run_import import (
     NAME_LIMIT,
+    CheckpointSeen,
+    ImportReport,
     RunImportError,
+    SkippedLine,
     UploadLimitHandler,
     declared_too_large,
     run_import_zip,
@@ -45,11 +51,17 @@ def _render(request: HttpRequest, project: Project, *, errors: dict | None = Non
 def run_import_page(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_project_or_404(request.user, slug, Role.EDITOR)
     if request.method != "POST":
-        return _render(request, project)
+        return _render(request, project, report=_pop_report(request, project))
     if declared_too_large(request):
         return _render(request, project, errors={"archive": too_large_message()}, status=413)
     limiter = UploadLimitHandler(request)
     request.upload_handlers.insert(0, limiter)
+    try:
+        request.POST  # noqa: B018 - parse the multipart body here, where a broken one can be answered
+    except MultiPartParserError as exc:
+        message = (f"The upload could not be read ({exc}): the browser sent a broken multipart body. Choose the "
+                   "zip again and resend the form.")
+        return _render(request, project, errors={"archive": message}, status=400)
     return _import_post(request, project, limiter)
 
 
@@ -65,12 +77,30 @@ def _import_post(request: HttpRequest, project: Project, limiter: UploadLimitHan
     if len(name) > NAME_LIMIT or "\x00" in name:
         errors["name"] = f"At most {NAME_LIMIT} characters, without NUL."
     if errors:
-        return _render(request, project, errors=errors, name=name[:NAME_LIMIT], status=413 if limiter.exceeded else 400)
+        status = 413 if limiter.exceeded else (400 if "archive" in errors else 422)
+        return _render(request, project, errors=errors, name=name[:NAME_LIMIT], status=status)
     try:
         report = run_import_zip(project=project, archive=upload, actor=request.user, name=name or None,
                                 archive_name=upload.name or "upload.zip")
-    except RunImportError as exc:
-        return _render(request, project, errors={"archive": str(exc)}, name=name, status=400)
+    except RunImportError as exc:  # the zip cannot be imported (damaged, unsafe, not a run): nothing was written
+        return _render(request, project, errors={"archive": str(exc)}, name=name, status=422)
     finally:
         upload.close()
-    return _render(request, project, report=report, name=name)
+    # Redirect, so that reloading the page that shows the report does not send the upload again.
+    request.session[IMPORT_REPORT_KEY] = report.as_dict()
+    return redirect(reverse("dashboard:run_import", args=[project.slug]) + "#import-report")
+
+
+IMPORT_REPORT_KEY = "crucible.run_import_report"
+
+
+def _pop_report(request: HttpRequest, project: Project) -> ImportReport | None:
+    """The report of the import this session just made (shown once), rebuilt from the session."""
+    held = request.session.pop(IMPORT_REPORT_KEY, None)
+    if not isinstance(held, dict) or not project.runs.filter(pk=held.get("run_id")).exists():
+        return None
+    known = {f.name for f in dataclasses.fields(ImportReport)}
+    data = {key: value for key, value in held.items() if key in known}
+    data["skipped"] = [SkippedLine(**line) for line in data.get("skipped", [])]
+    data["checkpoints"] = [CheckpointSeen(**seen) for seen in data.get("checkpoints", [])]
+    return ImportReport(**data)

@@ -6,9 +6,10 @@ member list and the price read-only, and gets 403 from the owner forms. Editors 
 register and remove the project's models (what runs and experiments train and evaluate);
 viewers and reviewers see the list read-only. API tokens belong to
 users, not projects: any member manages their own tokens here (a token acts as its user in every
-project they belong to, with their role there). A new token's secret is in the response to the
-form that created it and nowhere else: not in the session, not in a message, and the response is
-not cached.
+project they belong to, with their role there), narrowed by the token's scope: read-only or
+read-write, every project or only this one, an optional expiry. A new token's secret is shown once:
+the create form redirects (so a reload issues nothing), the server-side session holds the secret
+until the next load of this page, which removes it, and that response is not cached.
 
 Writes go through webapp.projects.services (audited, never leaving a project without an owner)
 and webapp.runs.services.models (audited, never removing a model that runs use); text is checked with webapp.api.bounds.unstorable_text_reason as the API checks it.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 
 from django.contrib import messages
@@ -27,19 +29,21 @@ from django.db.models import Count, F
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from webapp.api.bounds import text_field_problem
 from webapp.dashboard.views.common import breadcrumbs_for
 from webapp.projects.access import get_project_or_404, has_role, role_in
-from webapp.projects.models import ROLE_RANK, ApiToken, Membership, Project, Role
+from webapp.projects.models import ROLE_RANK, ApiToken, Membership, Project, Role, TokenAccess
 from webapp.projects.selectors import project_members
 from webapp.projects.services import (
     PRICE_DECIMAL_PLACES,
     PRICE_MAX,
     IssuedToken,
     MembershipExists,
+    TokenOptionsError,
     api_token_issue,
     api_token_revoke,
     membership_add,
@@ -62,6 +66,10 @@ from webapp.runs.services.models import (
 TOKEN_NAME_MAX = ApiToken._meta.get_field("name").max_length
 USERNAME_MAX = 150
 PRICE_TEXT_MAX = 32
+TOKEN_EXPIRY_DAYS_MAX = 3650
+TOKEN_EXPIRY_CHOICES = (("never", "Never"), ("7", "In 7 days"), ("30", "In 30 days"), ("90", "In 90 days"),
+                        ("365", "In a year"))
+ISSUED_TOKEN_SESSION_KEY = "crucible.issued_token"
 TOKENS_SHOWN = 100  # active tokens first, then the latest revoked ones
 MODELS_SHOWN = 200
 PRICE_PATTERN = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)")  # ASCII digits only
@@ -119,7 +127,7 @@ def price_text(price: Decimal | None) -> str:
 
 
 def _user_tokens(user) -> tuple[list[ApiToken], bool]:
-    tokens = list(ApiToken.objects.filter(user=user)
+    tokens = list(ApiToken.objects.filter(user=user).select_related("project")
                   .order_by(F("revoked_at").desc(nulls_first=True), "-created_at", "-pk")[:TOKENS_SHOWN + 1])
     return tokens[:TOKENS_SHOWN], len(tokens) > TOKENS_SHOWN
 
@@ -132,7 +140,8 @@ def _render(request: HttpRequest, project: Project, *, status: int = 200, errors
     tokens, more_tokens = _user_tokens(request.user)
     row_role, row_errors = (forms or {}).get("row_role", {}), (errors or {}).get("rows", {})
     forms = {"add_username": "", "add_role": Role.VIEWER, "price": price_text(project.price_per_device_hour),
-             "token_name": "", "model_name": "", "model_source": "", "model_gguf_file": "",
+             "token_name": "", "token_access": TokenAccess.READ_WRITE, "token_limit": "all", "token_expires": "never",
+             "model_name": "", "model_source": "", "model_gguf_file": "",
              "model_tool_format": "auto", **(forms or {})}
     models, more_models = _model_rows(project, (errors or {}).get("model_rows", {}))
     context = {
@@ -160,6 +169,9 @@ def _render(request: HttpRequest, project: Project, *, status: int = 200, errors
         "price_max": PRICE_MAX,
         "price_decimals": PRICE_DECIMAL_PLACES,
         "token_name_max": TOKEN_NAME_MAX,
+        "token_access_choices": TokenAccess.choices,
+        "token_expiry_choices": TOKEN_EXPIRY_CHOICES,
+        "token_expiry_days_max": TOKEN_EXPIRY_DAYS_MAX,
         "username_max": USERNAME_MAX,
         "price_text_max": PRICE_TEXT_MAX,
         "breadcrumbs": breadcrumbs_for(project, ("Settings", None)),
@@ -178,7 +190,7 @@ def _settings_url(slug: str, anchor: str = "") -> str:
 @require_GET
 def project_settings_page(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_project_or_404(request.user, slug)
-    return _render(request, project)
+    return _render(request, project, issued=_pop_issued_token(request))
 
 
 # ---------------------------------------------------------------------------------------
@@ -389,21 +401,72 @@ def price_set(request: HttpRequest, slug: str) -> HttpResponse:
 # ---------------------------------------------------------------------------------------
 
 
+def _token_options(post, project: Project) -> tuple[dict, dict[str, str]]:
+    """The create form's access, project limit and expiry as api_token_issue takes them; else errors by field."""
+    errors: dict[str, str] = {}
+    access = post.get("access", TokenAccess.READ_WRITE)
+    if access not in TokenAccess.values:
+        errors["token_access"] = "Choose read-only or read-write."
+    limit = post.get("limit", "all")
+    if limit not in ("all", "project"):
+        errors["token_limit"] = f"Choose every project you belong to, or only {project.name}."
+    expires_at = None
+    days = post.get("expires_days", "").strip()
+    if days and days != "never":
+        if not days.isdigit() or not 1 <= int(days) <= TOKEN_EXPIRY_DAYS_MAX:
+            errors["token_expires"] = (f"Give the number of days the token lasts, from 1 to "
+                                       f"{TOKEN_EXPIRY_DAYS_MAX}, or “never”.")
+        else:
+            expires_at = timezone.now() + timedelta(days=int(days))
+    options = {"access": access, "project": project if limit == "project" else None, "expires_at": expires_at}
+    return options, errors
+
+
 @login_required
 @require_POST
 @never_cache
 def token_create(request: HttpRequest, slug: str) -> HttpResponse:
+    """Issue a token, then redirect: the secret waits in the session for the next page load, which removes it.
+
+    Redirecting (rather than rendering the secret into the POST's response) means reloading the
+    page cannot issue a second token; the server-side session holds the secret only until that
+    one GET (webapp.projects.services stores nothing but its hash).
+    """
     project = get_project_or_404(request.user, slug)
-    typed = request.POST.get("name", "")
+    post = request.POST
+    typed = post.get("name", "")
     name = typed.strip()
+    forms = {"token_name": typed, "token_access": post.get("access", ""), "token_limit": post.get("limit", ""),
+             "token_expires": post.get("expires_days", "")}
+    errors: dict[str, str] = {}
     error = _text_problem("name", name, TOKEN_NAME_MAX)
     if error is None and not name:
         error = "Give the token a name: the script or machine that will use it, e.g. “ci runner”."
     if error:
-        return _render(request, project, status=400, errors={"token_name": error}, forms={"token_name": typed})
-    issued = api_token_issue(user=request.user, name=name)
-    # The secret goes into this response only (never a redirect, a message or the session).
-    return _render(request, project, issued=issued)
+        errors["token_name"] = error
+    options, option_errors = _token_options(post, project)
+    errors.update(option_errors)
+    if not errors:
+        try:
+            issued = api_token_issue(user=request.user, name=name, **options)
+        except TokenOptionsError as exc:
+            errors["token_expires"] = str(exc)
+    if errors:
+        return _render(request, project, status=400, errors=errors, forms=forms)
+    request.session[ISSUED_TOKEN_SESSION_KEY] = {"id": issued.token.pk, "raw": issued.raw}
+    return redirect(_settings_url(slug, "new-token"))
+
+
+def _pop_issued_token(request: HttpRequest) -> IssuedToken | None:
+    """The token issued by the previous request, once: it leaves the session as it is read."""
+    held = request.session.pop(ISSUED_TOKEN_SESSION_KEY, None)
+    if not isinstance(held, dict):
+        return None
+    token = ApiToken.objects.select_related("project").filter(
+        pk=held.get("id"), user=request.user, revoked_at__isnull=True).first()
+    if token is None:
+        return None
+    return IssuedToken(token=token, raw=str(held.get("raw", "")))
 
 
 @login_required

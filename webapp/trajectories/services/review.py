@@ -26,7 +26,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.models import Exists, F, Max, Min, OuterRef, Q, QuerySet
@@ -756,15 +755,26 @@ def preference_pairs(queue: ReviewQueue) -> list[dict]:
     return rows
 
 
-def preference_pairs_dir() -> Path:
-    return Path(settings.DATA_DIR) / "review" / "preference_pairs"
+def queue_preference_pairs_reference(*, queue: ReviewQueue, actor) -> tuple[str, int]:
+    """What a DPO run's `preference_pairs` gives for this queue ("review_queue:<id>"), and its pair count.
+
+    A run names the queue, never a file: the server writes the pairs into the run's folder when
+    its job starts (queue_preference_pairs_file). ReviewError when the queue has no usable
+    preference label.
+    """
+    rows = preference_pairs(queue)
+    if not rows:
+        raise ReviewError({"queue": "This queue has no preference label yet (label pairs in pair mode first)."})
+    audit_log(project=queue.project, actor=actor, action="review_queue.preference_pairs", target=queue,
+              data={"pairs": len(rows)})
+    return f"review_queue:{queue.pk}", len(rows)
 
 
-def queue_preference_pairs_file(*, queue: ReviewQueue, actor) -> Path:
-    """Write the queue's preference labels as the DPO pairs file training/dpo.py reads; its path.
+def queue_preference_pairs_file(*, queue: ReviewQueue, folder: Path) -> Path:
+    """Write the queue's preference labels as the DPO pairs file training/dpo.py reads, in `folder`; its path.
 
-    The file lives in the data directory (where workers read run inputs), named after the
-    queue and its content, so the same labels give the same file and a file a run uses is
+    `folder` is the run's own folder (the job reads its inputs there). The file is named after
+    the queue and its content, so the same labels give the same file and a file a run used is
     never rewritten. ReviewError when the queue has no usable preference label.
     """
     rows = preference_pairs(queue)
@@ -772,9 +782,8 @@ def queue_preference_pairs_file(*, queue: ReviewQueue, actor) -> Path:
         raise ReviewError({"queue": "This queue has no preference label yet (label pairs in pair mode first)."})
     text = "".join(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n" for row in rows)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-    folder = preference_pairs_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"queue-{queue.pk}-{digest}.jsonl"
+    path = folder / f"pairs-queue-{queue.pk}-{digest}.jsonl"
     if not path.exists():
         handle, temporary = tempfile.mkstemp(dir=folder, prefix=".pairs-", suffix=".tmp")
         try:
@@ -784,6 +793,4 @@ def queue_preference_pairs_file(*, queue: ReviewQueue, actor) -> Path:
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
-    audit_log(project=queue.project, actor=actor, action="review_queue.preference_pairs", target=queue,
-              data={"path": str(path), "pairs": len(rows)})
     return path

@@ -1,0 +1,104 @@
+"""A bounded Schemathesis pass over every operation of the OpenAPI document, as an owner and a viewer.
+
+Schemathesis generates requests from the document (valid ones, and some that break it) and
+checks each answer: never a 5xx, only statuses the operation documents, a content type and a
+body that match what it declares. Each example is sent twice, with an owner's token and a
+viewer's, so the refusals a viewer gets are held to the document too. Half of the examples
+use the ids of real rows (a run, a checkpoint, a dataset, ...) so requests reach the views
+and not only the 404s of unknown ids.
+
+Bounded: SCHEMATHESIS_EXAMPLES generated examples per operation (default 10), so the pass stays within
+a few minutes on two cores inside `make test`; raise it locally for a deeper search.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import pytest
+import schemathesis
+from django.core.handlers.wsgi import WSGIHandler
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.config import SchemathesisConfig
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from webapp.api.api import api
+
+EXAMPLES = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "10"))
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+# Valid and invalid requests; the coverage phase adds the boundary values of every parameter and
+# field (about 3,000 requests in all, 1-2 minutes). Wrong HTTP methods are left out: they are
+# Django's 405s, the same for every path, and cost as much again.
+CONFIG = SchemathesisConfig.from_dict({
+    "generation": {"mode": "all"},
+    "phases": {"coverage": {"unexpected-methods": []}},
+})
+schema = schemathesis.openapi.from_dict(api.get_openapi_schema(), config=CONFIG)
+schema.app = WSGIHandler()
+
+
+@pytest.fixture(autouse=True)
+def _keep_the_test_connection():
+    """The WSGI handler closes the database connection after each request; the test's transaction needs it.
+
+    Django's test Client disconnects the same signal for the same reason.
+    """
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def world(project_team):
+    """Rows of each kind the API addresses, and a read-write token for the owner and the viewer."""
+    from environments.workplace.generator import generate_tasks
+    from webapp.datasets.services import dataset_create
+    from webapp.projects.services import api_token_issue
+    from webapp.runs.models import Checkpoint, CheckpointAlias, Job, ModelSpec, Run
+    from webapp.trajectories.models import Trajectory
+    from webapp.verifiers.services import verifier_create
+
+    project, owner = project_team["project"], project_team["owner"]
+    dataset = dataset_create(project=project, name="wp", tasks=generate_tasks(4, 0), actor=owner)
+    verifier = verifier_create(project=project, name="v", kind="json_tool_call", config={}, actor=owner)
+    ModelSpec.objects.create(project=project, name="tiny", hf_id="smollm2-135m-instruct")
+    run = Run.objects.create(project=project, name="r", kind="grpo")
+    checkpoint = Checkpoint.objects.create(run=run, step=1, storage_uri="/ckpt/1")
+    CheckpointAlias.objects.create(project=project, name="production", checkpoint=checkpoint)
+    trajectory = Trajectory.objects.create(project=project, run=run, task_key="t1", source="eval",
+                                           turns=[{"role": "assistant", "content": "hi"}])
+    job = Job.objects.create(project=project, kind="noop")
+    ids = {"slug": project.slug, "name": "production", "run_id": run.pk, "checkpoint_id": checkpoint.pk,
+           "trajectory_id": trajectory.pk, "job_id": job.pk, "dataset_id": getattr(dataset, "pk", None),
+           "verifier_id": getattr(verifier, "pk", None), "number": 1}
+    tokens = {role: api_token_issue(user=project_team[role], name=f"{role} fuzz").raw for role in ("owner", "viewer")}
+    return {"ids": {k: v for k, v in ids.items() if v is not None}, "tokens": tokens}
+
+
+def _aim_at_real_rows(case, ids: dict) -> None:
+    """Every other example (by a hash of the case, so a replay is the same) uses real ids and the project's slug."""
+    if not case.path_parameters or zlib.crc32(repr(case.path_parameters).encode()) % 2:
+        return
+    for name in case.path_parameters:
+        if name in ids:
+            case.path_parameters[name] = ids[name]
+
+
+@schema.parametrize()
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, print_blob=True,
+          suppress_health_check=list(HealthCheck))
+def test_every_operation_answers_as_documented(case, world):
+    _aim_at_real_rows(case, world["ids"])
+    for token in world["tokens"].values():
+        case.call_and_validate(headers={"Authorization": f"Bearer {token}"}, checks=CHECKS)
