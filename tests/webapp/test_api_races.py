@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
-from django.db import connection
 from django.test import Client
 
+from tests.webapp.races import needs_postgres as _needs_postgres
+from tests.webapp.races import race as _race
 from webapp.projects.models import AuditEvent
 from webapp.projects.services import api_token_issue
 from webapp.runs.models import AliasMove, Checkpoint, CheckpointAlias, Run
@@ -18,33 +18,6 @@ from webapp.trajectories.models import Trajectory
 def _post(token: str, path: str, body: dict):
     return Client().post(path, json.dumps(body), content_type="application/json",
                          HTTP_AUTHORIZATION=f"Bearer {token}")
-
-
-def _race(count: int, action) -> list:
-    """Run `action(i)` in `count` threads released together; each thread closes its own connection."""
-    barrier = threading.Barrier(count)
-    results: list = [None] * count
-
-    def contender(i: int) -> None:
-        from django.db import connection as thread_connection
-
-        try:
-            barrier.wait()
-            results[i] = action(i)
-        finally:
-            thread_connection.close()
-
-    threads = [threading.Thread(target=contender, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
-
-
-def _needs_postgres() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("the race needs concurrent writers (PostgreSQL); SQLite serialises every write")
 
 
 def _item(key: str) -> dict:

@@ -14,7 +14,8 @@ import json
 import pytest
 from django.test import Client
 
-from tests.webapp.test_api_races import _needs_postgres, _race
+from tests.webapp.races import needs_postgres as _needs_postgres
+from tests.webapp.races import race as _race
 from webapp.projects.services import api_token_issue
 from webapp.runs.models import AliasMove, Checkpoint, CheckpointAlias, ModelSpec, Run
 from webapp.trajectories.models import QueueItem, ReviewQueue, Trajectory

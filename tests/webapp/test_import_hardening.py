@@ -14,7 +14,6 @@ import signal
 import struct
 import subprocess
 import sys
-import threading
 import zipfile
 from pathlib import Path
 
@@ -23,6 +22,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.test import Client
 
+from tests.webapp.races import needs_postgres as _needs_postgres
+from tests.webapp.races import race as _race
 from training.events import EventWriter
 from webapp.datasets.imports import ImportFileError, import_check, import_create, import_target
 from webapp.datasets.models import Task, TaskDataset
@@ -438,32 +439,6 @@ def test_an_import_that_fails_after_its_run_was_created_leaves_no_failed_run(pro
 # ---------------------------------------------------------------------------------------
 # Races: the same dataset name from 8 requests at once
 # ---------------------------------------------------------------------------------------
-
-
-def _race(count: int, action) -> list:
-    barrier = threading.Barrier(count)
-    results: list = [None] * count
-
-    def contender(i: int) -> None:
-        from django.db import connection as thread_connection
-
-        try:
-            barrier.wait()
-            results[i] = action(i)
-        finally:
-            thread_connection.close()
-
-    threads = [threading.Thread(target=contender, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
-
-
-def _needs_postgres() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("the race needs concurrent writers (PostgreSQL); SQLite serialises every write")
 
 
 @pytest.mark.postgres

@@ -5,47 +5,16 @@ threads released together, as the job-claim and promotion races are tested)."""
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
-from django.db import connection
 from django.test import Client
 from pipeline_data import make_pipeline_run
 
+from tests.webapp.races import needs_postgres as _needs_postgres
+from tests.webapp.races import race as _race
 from webapp.projects.services import api_token_issue, membership_set_role
 from webapp.trajectories.models import QueueItem, Review
 from webapp.trajectories.services.review import queue_claim_next, queue_create, review_save
-
-
-def _race(count: int, action) -> list:
-    """Run `action(i)` in `count` threads released together; each thread closes its own connection."""
-    barrier = threading.Barrier(count)
-    results: list = [None] * count
-    errors: list = []
-
-    def contender(i: int) -> None:
-        from django.db import connection as thread_connection
-
-        try:
-            barrier.wait()
-            results[i] = action(i)
-        except Exception as exc:  # surfaced below: a thread's exception must fail the test
-            errors.append(exc)
-        finally:
-            thread_connection.close()
-
-    threads = [threading.Thread(target=contender, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    return results
-
-
-def _needs_postgres() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("the race needs concurrent writers (PostgreSQL); SQLite serialises every write")
 
 
 def _reviewers(project_team, make_user, count: int, prefix: str) -> list:

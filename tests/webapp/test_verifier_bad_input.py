@@ -5,12 +5,12 @@ config inputs (a 422 that says so, never a RecursionError's 500)."""
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
-from django.db import connection
 from django.test import Client
 
+from tests.webapp.races import needs_postgres as _needs_postgres
+from tests.webapp.races import race as _race
 from webapp.projects.services import api_token_issue
 from webapp.verifiers.models import Verifier, VerifierVersion
 from webapp.verifiers.services import VerifierNameTaken, verifier_create
@@ -18,35 +18,6 @@ from webapp.verifiers.services import VerifierNameTaken, verifier_create
 DEEP = "[" * 10_000 + "]" * 10_000
 DEEP_OBJECT = '{"a": ' * 10_000 + "1" + "}" * 10_000
 TASK = {"messages": [{"role": "user", "content": "Call ping."}]}
-
-
-def _race(count: int, action) -> list:
-    """Run `action(i)` in `count` threads released together; each thread closes its own connection."""
-    barrier = threading.Barrier(count)
-    results: list = [None] * count
-
-    def contender(i: int) -> None:
-        from django.db import connection as thread_connection
-
-        try:
-            barrier.wait()
-            results[i] = action(i)
-        except Exception as exc:  # noqa: BLE001 - the test reports what a contender raised
-            results[i] = exc
-        finally:
-            thread_connection.close()
-
-    threads = [threading.Thread(target=contender, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
-
-
-def _needs_postgres() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("the race needs concurrent writers (PostgreSQL); SQLite serialises every write")
 
 
 @pytest.mark.postgres
