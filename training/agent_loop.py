@@ -21,6 +21,7 @@ from typing import Any, Literal
 from environments.base import Environment
 from environments.parsing import calls_from_message
 from environments.types import Task, ToolCall, Trajectory
+from training.distributed import seed_for
 from training.prompts import ChatFormat, Style, clip_prompt
 from training.rollout import Generation, RolloutEngine, SamplingParams
 
@@ -126,6 +127,8 @@ class _Live:
     chat: ChatFormat
     history: list[dict[str, Any]]  # messages for re-rendering the template: content only
     state: Any
+    seed: int | None = None
+    """This episode's own sampling seed when the call has per-prompt seeds (later turns)."""
 
     @property
     def ids(self) -> list[int]:
@@ -150,6 +153,8 @@ def run_episodes(
     if not live:
         return []
     episodes = [item.episode for item in live]
+    for item, seed in zip(live, params.row_seeds(len(tasks)) or [], strict=False):
+        item.seed = seed
     prompts = [live[i].ids for i in range(0, len(live), params.n)]
     first_params = replace(params, max_new_tokens=_turn_budget(live, params, config))
     generations = [g for group in engine.generate_ids(prompts, first_params) for g in group]
@@ -167,10 +172,18 @@ def run_episodes(
             n=1,
             seed=None if params.seed is None else params.seed + turn,
             max_new_tokens=_turn_budget(live, params, config),
+            prompt_seeds=_turn_seeds(live, turn),
         )
         generations = [g[0] for g in engine.generate_ids([item.ids for item in live], turn_params)]
         turn += 1
     return episodes
+
+
+def _turn_seeds(live: Sequence[_Live], turn: int) -> tuple[int, ...] | None:
+    """Each live episode's seed for this turn, from its own seed: independent of the batch."""
+    if any(item.seed is None for item in live):
+        return None
+    return tuple(seed_for(item.seed, turn) for item in live)  # type: ignore[arg-type]
 
 
 def _start(

@@ -109,6 +109,23 @@ class RunConfig:
         "Where to run: auto picks cuda when available, else cpu.",
         {"enum": ["auto", "cpu", "cuda"]},
     )
+    num_processes: int = _field(
+        1,
+        "Processes of this job, one model replica each (one GPU each with device cuda, CPU "
+        "processes over gloo with device cpu). Above 1, `python -m training run` starts "
+        "torchrun itself; every rank generates its share of a step's prompts and the "
+        "gradients are summed over ranks, so the update equals one process's on the same "
+        "global batch. A worker takes the job only when it has this many GPUs free.",
+        {"type": "integer", "minimum": 1, "maximum": 64},
+    )
+    parallel: Literal["ddp"] = _field(
+        "ddp",
+        "How num_processes > 1 share the work: ddp (data parallel: a full replica per "
+        "process, gradients all-reduced once per update). Use it while the model in its "
+        "dtype (base_dtype) fits one device with room for generation; sharding the frozen "
+        "base over processes (FSDP2) is not available yet.",
+        {"enum": ["ddp"]},
+    )
     bf16: Literal["auto"] | bool = _field(
         "auto",
         "bf16 autocast: auto uses it where the hardware computes bf16 natively (GPUs from "
@@ -491,6 +508,7 @@ def _field_defaults() -> dict[str, Any]:
 # x-kinds and x-advanced, so a form is built from the schema, not from a copy of the fields.
 FIELD_GROUPS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
     "basics": (None, ("kind", "algorithm", "seed", "device", "bf16", "base_dtype", "hub_kernels")),
+    "resources": (None, ("num_processes", "parallel")),
     "model": (None, ("model", "model_gguf_file", "init_checkpoint", "adapter", "lora_r", "lora_alpha",
                      "lora_dropout", "lora_target_modules")),
     "tasks and rewards": (None, ("environment", "verifier", "dataset", "train_split", "eval_split",
@@ -509,7 +527,7 @@ FIELD_GROUPS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
                                      "dpo_beta")),
 }
 ADVANCED_FIELDS: frozenset[str] = frozenset({
-    "seed", "device", "bf16", "base_dtype", "hub_kernels", "compile_generation", "model_gguf_file", "lora_alpha", "lora_dropout", "lora_target_modules",
+    "parallel", "seed", "device", "bf16", "base_dtype", "hub_kernels", "compile_generation", "model_gguf_file", "lora_alpha", "lora_dropout", "lora_target_modules",
     "max_tasks", "lr_scheduler", "warmup_steps", "gradient_accumulation_steps", "epsilon", "epsilon_high",
     "scale_rewards", "leave_one_out", "max_generation_batches", "overlong_buffer", "mask_truncated_completions",
     "top_p", "max_prompt_length", "rollout_dropout", "rollout_backend", "eval_num_samples", "eval_temperature",
@@ -735,6 +753,11 @@ def _check_cross_field(cfg: RunConfig) -> None:
         )
     if cfg.rollout_backend == "vllm" and cfg.device == "cpu":
         raise ConfigError("'rollout_backend' vllm needs a GPU; use hf with device cpu")
+    if cfg.num_processes > 1 and cfg.rollout_backend == "vllm":
+        raise ConfigError(
+            "'num_processes' > 1 needs rollout_backend hf: the vLLM engine serves one process; "
+            "use hf, or num_processes 1 with vllm"
+        )
     if cfg.rollout_dropout and cfg.rollout_backend == "vllm":
         raise ConfigError(
             "'rollout_dropout' needs rollout_backend hf: vLLM samples from merged weights, "

@@ -32,12 +32,13 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from environments.base import Verifier
 from environments.types import Task, VerifyResult
 from training.agent_loop import Episode, run_episodes
+from training.distributed import SINGLE, World, seed_for
 from training.rollout import RolloutEngine, SamplingParams
 from training.system_metrics import SystemMonitor
 
@@ -62,14 +63,24 @@ class EvalSettings:
     latency_tasks: int = EVAL_LATENCY_TASKS
     """First tasks of the split run alone for latency_p50 / p95; 0: no latency metrics."""
 
-    def sampling(self, batch_index: int, *, probe: bool = False) -> SamplingParams:
-        """Batch `batch_index`'s sampling; a latency probe draws one sample."""
+    def sampling(
+        self, batch_index: int, *, probe: bool = False, positions: Sequence[int] | None = None
+    ) -> SamplingParams:
+        """Batch `batch_index`'s sampling; a latency probe draws one sample.
+
+        `positions` (each task's place in the evaluated split) seed every task's samples on
+        their own, so a data-parallel evaluation samples what one process would.
+        """
         seed = None if self.seed is None else self.seed + batch_index
+        prompt_seeds = None
+        if positions is not None and seed is not None and self.temperature > 0:
+            prompt_seeds = tuple(seed_for(self.seed, position) for position in positions)
         return SamplingParams(
             temperature=self.temperature,
             max_new_tokens=self.max_new_tokens,
             n=1 if probe else self.num_samples,
             seed=seed,
+            prompt_seeds=prompt_seeds,
         )
 
 
@@ -225,32 +236,29 @@ def summarise(
 # ---------------------------------------------------------------------------------------
 
 
-def _verify_and_emit(
-    verifier: Verifier,
+def _emit_trajectories(
     episodes: Sequence[Episode],
+    results: Sequence[VerifyResult],
     num_samples: int,
     events: Any,
     *,
     step: int,
     split: str,
-) -> list[VerifyResult]:
-    """Verify one generate call's episodes (task-major, num_samples each) and emit each."""
-    results = []
-    for position, episode in enumerate(episodes):
-        result = verify_episode(verifier, episode)
-        results.append(result)
-        if events is not None:
-            events.trajectory(
-                **trajectory_fields(
-                    episode,
-                    result,
-                    step=step,
-                    split=split,
-                    sample_index=position % num_samples,
-                    group_id=f"{split}-{step}-{episode.task.id}",
-                )
+) -> None:
+    """Trajectory events of verified episodes (task-major, num_samples each)."""
+    if events is None:
+        return
+    for position, (episode, result) in enumerate(zip(episodes, results, strict=True)):
+        events.trajectory(
+            **trajectory_fields(
+                episode,
+                result,
+                step=step,
+                split=split,
+                sample_index=position % num_samples,
+                group_id=f"{split}-{step}-{episode.task.id}",
             )
-    return results
+        )
 
 
 def generation_plan(tasks: Sequence[Task], settings: EvalSettings) -> list[tuple[list[Task], bool]]:
@@ -281,54 +289,116 @@ def evaluate(
     split: str = "validation",
     progress: Callable[[int, int], Any] | None = None,
     monitor: SystemMonitor | None = None,
+    world: World = SINGLE,
 ) -> dict[str, float | None]:
     """Generate, verify and (with `events`) emit every trajectory, then one metric event.
 
     `progress(tasks scored, tasks)` is called after each generate call, for a caller that
     reports how far a long evaluation has got. `monitor` adds the process's system metrics
     over the evaluation (training/system_metrics.py).
+
+    Data parallel (`world` of several ranks): each rank evaluates its contiguous share of
+    the tasks; rank 0 gathers every rank's episodes and emits them in task order, so the
+    events are those of one process (latency probes: rank 0's first tasks).
     """
     if monitor is not None:
         monitor.start()
     started = time.perf_counter()
-    episodes: list[Episode] = []
-    results: list[VerifyResult] = []
-    latencies: list[float] = []
-    scored_tasks = 0
-    generating = scoring = 0.0
-    generated_tokens = 0
-    for index, (batch, probe) in enumerate(generation_plan(tasks, settings)):
-        began = time.perf_counter()
-        done = run_episodes(engine, tokenizer, env, batch, settings.sampling(index, probe=probe), agent)
-        generating += time.perf_counter() - began
-        generated_tokens += sum(episode.tokens_out for episode in done)
-        if probe:
-            latencies += [episode.latency_ms for episode in done]
-            if settings.num_samples > 1:
-                continue  # an extra sample, timed and not scored
-        episodes += done
-        began = time.perf_counter()
-        results += _verify_and_emit(verifier, done, settings.num_samples, events, step=step, split=split)
-        scoring += time.perf_counter() - began
-        scored_tasks += len(batch)
-        if progress is not None:
-            progress(scored_tasks, len(tasks))
+    mine = world.share(len(tasks))
+    local = list(tasks[mine.start : mine.stop])
+    stream = None if world.parallel else events  # one process emits as it goes
+    if world.parallel and not world.is_main:
+        settings = replace(settings, latency_tasks=0)
+    reported = (lambda done, _total: progress(min(len(tasks), done * world.size), len(tasks))) if progress else None
+    part = _evaluate_share(engine, tokenizer, env, verifier, local, settings, mine.start, agent=agent,
+                           events=stream, step=step, split=split, progress=reported)
+    if world.parallel:
+        part = _EvalPart.joined(world.gather(part))
+        _emit_trajectories(part.episodes, part.results, settings.num_samples, events, step=step, split=split)
     metrics = summarise(
-        episodes,
-        results,
+        part.episodes,
+        part.results,
         num_samples=settings.num_samples,
         seconds=time.perf_counter() - started,
-        latencies=latencies,
+        latencies=part.latencies,
     )
     metrics.update({
-        "timing/generation": generating,
-        "timing/scoring": scoring,
-        "generation/tokens_per_second": generated_tokens / max(generating, 1e-9),
+        "timing/generation": part.generating,
+        "timing/scoring": part.scoring,
+        "generation/tokens_per_second": part.generated_tokens / max(part.generating, 1e-9),
         **(monitor.sample() if monitor is not None else {}),
     })
     if events is not None:
         events.metric(step, metrics, split=split)
     return metrics
+
+
+@dataclass
+class _EvalPart:
+    """What one process's share of an evaluation produced."""
+
+    episodes: list[Episode] = field(default_factory=list)
+    results: list[VerifyResult] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    generating: float = 0.0
+    scoring: float = 0.0
+    generated_tokens: int = 0
+
+    @classmethod
+    def joined(cls, parts: Sequence[_EvalPart]) -> _EvalPart:
+        """Ranks' parts in rank order; times are the slowest rank's, tokens the sum."""
+        whole = cls()
+        for part in parts:
+            whole.episodes += part.episodes
+            whole.results += part.results
+            whole.latencies += part.latencies
+            whole.generated_tokens += part.generated_tokens
+        whole.generating = max(p.generating for p in parts)
+        whole.scoring = max(p.scoring for p in parts)
+        return whole
+
+
+def _evaluate_share(
+    engine: RolloutEngine,
+    tokenizer: Any,
+    env: Any,
+    verifier: Verifier,
+    tasks: Sequence[Task],
+    settings: EvalSettings,
+    offset: int,
+    *,
+    agent: Any,
+    events: Any,
+    step: int,
+    split: str,
+    progress: Callable[[int, int], Any] | None,
+) -> _EvalPart:
+    """Generate and verify `tasks` (positions offset.. of the split), emitting as it goes."""
+    part = _EvalPart()
+    position_of = {id(task): offset + i for i, task in enumerate(tasks)}
+    scored_tasks = 0
+    for index, (batch, probe) in enumerate(generation_plan(tasks, settings)):
+        positions = [position_of[id(task)] for task in batch]
+        began = time.perf_counter()
+        done = run_episodes(
+            engine, tokenizer, env, batch, settings.sampling(index, probe=probe, positions=positions), agent
+        )
+        part.generating += time.perf_counter() - began
+        part.generated_tokens += sum(episode.tokens_out for episode in done)
+        if probe:
+            part.latencies += [episode.latency_ms for episode in done]
+            if settings.num_samples > 1:
+                continue  # an extra sample, timed and not scored
+        began = time.perf_counter()
+        results = [verify_episode(verifier, episode) for episode in done]
+        _emit_trajectories(done, results, settings.num_samples, events, step=step, split=split)
+        part.scoring += time.perf_counter() - began
+        part.episodes += done
+        part.results += results
+        scored_tasks += len(batch)
+        if progress is not None:
+            progress(scored_tasks, len(tasks))
+    return part
 
 
 def evaluate_job(
@@ -356,6 +426,7 @@ def evaluate_job(
         split=split,
         progress=progress,
         monitor=getattr(job, "monitor", None),
+        world=getattr(job, "world", SINGLE),
     )
 
 

@@ -309,6 +309,25 @@ class EventWriter:
         self.close()
 
 
+class SilentEventWriter(EventWriter):
+    """The event writer of a data-parallel rank other than 0: validates, writes nothing.
+
+    Rank 0 owns RUN_DIR/events.jsonl (one writer per run directory); the other ranks run
+    the same loop, and their events are checked as rank 0's are, so a bad event fails on
+    every rank alike, but only rank 0's reach the file.
+    """
+
+    def __init__(self, *, attempt: int | None = None) -> None:  # noqa: D107 - no file, no super()
+        self.attempt = attempt
+        self.fsync = False
+        self.last_seq = 0
+        self._lock = threading.Lock()
+        self._fd = -1
+
+    def _write_line(self, data: bytes) -> None:
+        return None
+
+
 # ---------------------------------------------------------------------------------------
 # Reading
 # ---------------------------------------------------------------------------------------

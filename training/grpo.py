@@ -48,15 +48,18 @@ from training.rollout import (
     padding_id,
     position_ids_from_mask,
 )
+from training.distributed import seed_for
 from training.runner import (
     MAX_GRAD_NORM,
     Job,
     checkpoint_due,
     make_optimizer,
+    micro_batch_rng,
     prefixed,
     resume,
     rollout_engine,
     save_checkpoint,
+    sum_gradients_over_ranks,
     validation_due,
 )
 
@@ -301,7 +304,8 @@ class GRPOTrainer:
 
     # --- generation ---------------------------------------------------------------------
 
-    def _sampling(self, step: int, draw: int) -> SamplingParams:
+    def _sampling(self, step: int, draw: int, positions: range) -> SamplingParams:
+        """Seeded per prompt (its position in the step's draw), so any rank samples it alike."""
         return SamplingParams(
             temperature=self.cfg.temperature,
             top_p=self.cfg.top_p,
@@ -309,24 +313,32 @@ class GRPOTrainer:
             n=self.group_size,
             seed=self.cfg.seed * 1_000_003 + step * 101 + draw,
             dropout=self.cfg.rollout_dropout,
+            prompt_seeds=tuple(seed_for(self.cfg.seed, step, draw, position) for position in positions),
         )
 
     def generate_round(self, step: int, draw: int) -> Rollouts:
-        """One generation batch: num_prompts_per_step tasks x G episodes, verified."""
+        """One generation batch: num_prompts_per_step tasks x G episodes, verified.
+
+        In a data-parallel job each rank generates and verifies its share of the prompts
+        (whole groups: a group never spans ranks), then every rank gathers the whole round.
+        """
         draws = self.cfg.max_generation_batches if self.cfg.dynamic_sampling else 1
         prompts = prompts_for_step(
             self.tasks, step, self.cfg.num_prompts_per_step, self.cfg.seed, draw, draws
         )
+        mine = self.job.world.share(len(prompts))
         self.engine.sync_weights(self.job.model)
         started = time.perf_counter()
         episodes = run_episodes(
-            self.engine, self.job.tokenizer, self.job.env, prompts, self._sampling(step, draw), self.job.agent
+            self.engine, self.job.tokenizer, self.job.env, prompts[mine.start : mine.stop],
+            self._sampling(step, draw, mine), self.job.agent,
         )
         generated = time.perf_counter()
         results = [verify_episode(self.job.verifier, e) for e in episodes]
         rewards = [shaped_reward(r, e, self.cfg) for r, e in zip(results, episodes, strict=True)]
-        return Rollouts(episodes=episodes, results=results, rewards=rewards, rounds=1,
-                        generation_seconds=generated - started, scoring_seconds=time.perf_counter() - generated)
+        local = Rollouts(episodes=episodes, results=results, rewards=rewards, rounds=1,
+                         generation_seconds=generated - started, scoring_seconds=time.perf_counter() - generated)
+        return gathered_rollouts(self.job, local)
 
     def collect(self, step: int) -> tuple[Rollouts, list[int]]:
         """All rollouts of the step and the indices of the groups to train on.
@@ -381,26 +393,40 @@ class GRPOTrainer:
                 mask[i] = 0
         return mask
 
-    def train_on(self, batch: TrainBatch) -> dict[str, float]:
-        """One optimizer step over the batch in micro-batches; returns the update's metrics."""
+    def _trained_tokens(self, batch: TrainBatch) -> float:
+        """Policy tokens of the whole batch that enter the loss (the dapo normaliser).
+
+        Counted from the episodes, so every rank knows the global count without packing
+        micro-batches it does not train on.
+        """
+        total = 0.0
+        for row, episode in enumerate(batch.episodes):
+            if batch.trained[row] and not (self.cfg.mask_truncated_completions and episode.truncated):
+                total += float(sum(episode.completion_mask))
+        return total
+
+    def train_on(self, batch: TrainBatch, step: int = 0) -> dict[str, float]:
+        """One optimizer step over the batch in micro-batches; returns the update's metrics.
+
+        Data parallel: each rank trains on its share of the micro-batches, each loss scaled
+        for the global batch (its share of all sequences, or of all tokens for dapo), and the
+        gradients are summed over ranks before clipping: the update of one process.
+        """
         job, cfg = self.job, self.cfg
         model = job.model
         model.train()
         n = len(batch.episodes)
         micro = cfg.micro_batch_size
         spans = [range(i, min(i + micro, n)) for i in range(0, n, micro)]
-        masks = []
-        packs = []
-        for rows in spans:
-            packed = pack([batch.episodes[r] for r in rows], self.pad_id, job.device)
-            packs.append(packed)
-            masks.append(self._loss_mask(batch, rows, packed))
-        total_tokens = sum(float(m.sum()) for m in masks)
+        total_tokens = self._trained_tokens(batch)
         sums: Counter[str] = Counter()
         loss_total = 0.0
-        for rows, packed, mask in zip(spans, packs, masks, strict=True):
+        for index in job.world.share(len(spans)):
+            rows = spans[index]
+            packed = pack([batch.episodes[r] for r in rows], self.pad_id, job.device)
+            mask = self._loss_mask(batch, rows, packed)
             ref_logp = reference_logprobs(job, packed, cfg.temperature) if cfg.beta > 0 else None
-            with autocast_context(job.device, job.autocast):
+            with micro_batch_rng(job, step, index), autocast_context(job.device, job.autocast):
                 logp, entropy = completion_logprobs(model, packed, cfg.temperature, with_entropy=True)
             loss, metrics = policy_loss(
                 logp,
@@ -423,9 +449,11 @@ class GRPOTrainer:
             for name, value in metrics.items():
                 sums[name] += value * tokens
             sums["entropy"] += float((entropy * mask).sum())
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            [p for p in model.parameters() if p.requires_grad], MAX_GRAD_NORM
-        )
+        sum_gradients_over_ranks(job)
+        reduced = job.world.sum_floats({**sums, "_loss": loss_total})
+        loss_total = reduced.pop("_loss")
+        sums = Counter(reduced)
+        grad_norm = torch.nn.utils.clip_grad_norm_(job.trainable(), MAX_GRAD_NORM)
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
@@ -443,11 +471,12 @@ class GRPOTrainer:
         it, and generation/tokens_per_second over the generation time alone.
         """
         self.job.monitor.start()
+        self.job.heartbeat(step)
         started = time.perf_counter()
         rollouts, groups = self.collect(step)
         collected = time.perf_counter()
         batch = self.advantages(rollouts, groups)
-        update = self.train_on(batch)
+        update = self.train_on(batch, step)
         finished = time.perf_counter()
         trained_tokens = update.pop("_tokens")
         self._emit_trajectories(step, rollouts, groups, batch)
@@ -542,7 +571,7 @@ class GRPOTrainer:
         start = resume(job, self.optimizer, self.scheduler)
         if start == 0 and cfg.eval_interval > 0:
             self.validate(0)
-        progress = _ProgressBar(cfg.max_steps, start)
+        progress = _ProgressBar(cfg.max_steps, start, shown=job.world.is_main)
         metrics: dict[str, Any] = {}
         for step in range(start + 1, cfg.max_steps + 1):
             metrics = self.step(step)
@@ -555,6 +584,24 @@ class GRPOTrainer:
         progress.close()
         held_out = held_out_eval(job, cfg.max_steps)
         return {"step": cfg.max_steps, "metrics": {**metrics, **held_out}}
+
+
+def gathered_rollouts(job: Job, local: Rollouts) -> Rollouts:
+    """Every rank's rollouts of one round, in rank (= prompt) order, on every rank.
+
+    Times are the slowest rank's: that is how long the round kept the job waiting.
+    """
+    if not job.world.parallel:
+        return local
+    parts = job.world.gather(local)
+    whole = Rollouts(rounds=1)
+    for part in parts:
+        whole.episodes += part.episodes
+        whole.results += part.results
+        whole.rewards += part.rewards
+    whole.generation_seconds = max(part.generation_seconds for part in parts)
+    whole.scoring_seconds = max(part.scoring_seconds for part in parts)
+    return whole
 
 
 def _fill_all_groups(rewards: Sequence[float], size: int) -> list[float]:
@@ -613,10 +660,11 @@ class _ProgressBar:
 
     A step without a reward (SFT between validations) shows none rather than a made-up 0."""
 
-    def __init__(self, total: int, start: int) -> None:
+    def __init__(self, total: int, start: int, *, shown: bool = True) -> None:
         self.bar = None
         self.total = total
-        if sys.stderr.isatty():
+        self.shown = shown  # one bar per job: data-parallel ranks other than 0 print nothing
+        if shown and sys.stderr.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=start, file=sys.stderr, unit="step")
@@ -627,6 +675,8 @@ class _ProgressBar:
         if self.bar is not None:
             self.bar.set_postfix(**shown, tok_s=f"{speed:.0f}", refresh=False)
             self.bar.update(step - self.bar.n)
+            return
+        if not self.shown:
             return
         fields = [f"step {step}/{self.total}", *(f"{k} {v}" for k, v in shown.items()),
                   f"loss {metrics.get('loss', 0.0):.4f}", f"tokens/s {speed:.1f}"]

@@ -28,6 +28,7 @@ from transformers import (
 )
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
+from training.distributed import seed_for
 from training.models import autocast_context
 
 FinishReason = Literal["stop", "length"]
@@ -49,6 +50,10 @@ class SamplingParams:
     n: int = 1
     seed: int | None = None
     dropout: bool = False
+    prompt_seeds: tuple[int, ...] | None = None
+    """One seed per prompt of the call: sample j of prompt i draws from its own generator
+    (seeded from prompt_seeds[i] and j), so what a prompt samples does not depend on which
+    other prompts share its batch, or on which data-parallel rank generates it."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -61,6 +66,16 @@ class SamplingParams:
             raise ValueError(f"n (completions per prompt) must be >= 1, got {self.n}")
         if self.dropout and self.temperature == 0:
             raise ValueError("dropout sampling needs temperature > 0; greedy decoding is an eval")
+        if self.prompt_seeds is not None and any(not 0 <= s < 2**63 for s in self.prompt_seeds):
+            raise ValueError("prompt_seeds must be integers in [0, 2**63)")
+
+    def row_seeds(self, prompts: int) -> list[int] | None:
+        """The generator seed of each of the prompts * n rows (prompt-major), or None."""
+        if self.prompt_seeds is None or self.greedy:
+            return None
+        if len(self.prompt_seeds) != prompts:
+            raise ValueError(f"prompt_seeds has {len(self.prompt_seeds)} seeds for {prompts} prompts")
+        return [seed_for(seed, j) for seed in self.prompt_seeds for j in range(self.n)]
 
     @property
     def greedy(self) -> bool:
@@ -175,6 +190,45 @@ class _TokenLogprobRecorder(LogitsProcessor):
         self._collect(last_tokens)
         self.pending = None
         return torch.stack(self.gathered, dim=1)
+
+
+class _RowSampler(LogitsProcessor):
+    """Samples every row from its own generator (Gumbel-max), for generate's greedy pick.
+
+    argmax(logits / T + Gumbel noise) is a draw from softmax(logits / T); top-p first keeps
+    the smallest set of tokens whose probability reaches top_p, as transformers' warper does.
+    The chosen token is left as the only finite score, so greedy decoding takes it. Each row
+    draws its noise from its own torch.Generator, so its samples depend on its seed and its
+    own logits only, not on its batch.
+    """
+
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float, device: torch.device) -> None:
+        self.temperature = temperature
+        self.top_p = top_p
+        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        logits = scores.float() / self.temperature  # (N, V)
+        if self.top_p < 1.0:
+            logits = top_p_filtered(logits, self.top_p)
+        vocab = logits.shape[-1]
+        uniform = torch.stack(
+            [torch.rand(vocab, generator=g, device=logits.device) for g in self.generators]
+        ).clamp_(min=torch.finfo(torch.float32).tiny)  # (N, V)
+        choice = (logits - torch.log(-torch.log(uniform))).argmax(dim=-1)  # (N,)
+        chosen = torch.full_like(scores, float("-inf"))
+        chosen.scatter_(1, choice[:, None], 0.0)
+        return chosen
+
+
+def top_p_filtered(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Logits outside the nucleus set to -inf (the most likely token always stays)."""
+    ordered, order = torch.sort(logits, dim=-1, descending=False)
+    cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+    drop_sorted = cumulative <= (1 - top_p)
+    drop_sorted[..., -1] = False
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
 
 
 class _FinishClock(StoppingCriteria):
@@ -316,6 +370,10 @@ class HFGenerateEngine:
             ids, mask, n = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0), 1
         clock = _FinishClock(self.stops, self.clock)  # started before the prompt's prefill
         recorder = _TokenLogprobRecorder(params.logprob_temperature)
+        processors: list[LogitsProcessor] = [recorder]
+        row_seeds = params.row_seeds(len(prompt_ids))
+        if row_seeds is not None:
+            processors.append(_RowSampler(row_seeds, params.temperature, params.top_p, self.device))
         extra: dict[str, Any] = {}
         with autocast_context(self.device, self.autocast):
             if self._prefills(ids, n):
@@ -323,8 +381,8 @@ class HFGenerateEngine:
             out = self.model.generate(
                 input_ids=ids.repeat_interleave(n, dim=0),  # (B*n, L)
                 attention_mask=mask.repeat_interleave(n, dim=0),
-                generation_config=self._generation_config(params),
-                logits_processor=LogitsProcessorList([recorder]),
+                generation_config=self._generation_config(params, own_sampler=row_seeds is not None),
+                logits_processor=LogitsProcessorList(processors),
                 stopping_criteria=StoppingCriteriaList([clock]),
                 **extra,
             )
@@ -378,10 +436,13 @@ class HFGenerateEngine:
             return True
         return _static_layer_splits_dtypes()
 
-    def _generation_config(self, params: SamplingParams) -> GenerationConfig:
-        """Only what we ask for: no processors from the model's own generation config."""
+    def _generation_config(self, params: SamplingParams, *, own_sampler: bool = False) -> GenerationConfig:
+        """Only what we ask for: no processors from the model's own generation config.
+
+        own_sampler: _RowSampler has already drawn each row's token, so generate picks greedily.
+        """
         sampling: dict[str, Any] = {"do_sample": False}
-        if not params.greedy:
+        if not params.greedy and not own_sampler:
             sampling = {
                 "do_sample": True,
                 "temperature": params.temperature,

@@ -8,11 +8,12 @@ the same command on the same RUN_DIR continues from the latest checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from training import checkpoints as ckpt
 from training.agent_loop import AgentLoopConfig
 from training.config import RunConfig, config_to_dict
 from training.data import TaskSource
+from training.distributed import SINGLE, World, rank_device, seed_for, write_heartbeat
 from training.events import EventWriter
 from training.models import (
     SMOLLM2_PACKAGE,
@@ -93,11 +95,39 @@ class Job:
     """A frozen copy of the initial weights: full fine-tuning with a KL / DPO reference only."""
     monitor: SystemMonitor = field(default_factory=lambda: SystemMonitor("cpu"))
     """Device and host use per step and per evaluation (system/* metrics)."""
+    world: World = SINGLE
+    """This process among the job's data-parallel processes (training/distributed.py)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def checkpoint_kind(self) -> str:
         return "adapter" if self.is_lora else "full"
+
+    def heartbeat(self, step: int | None) -> None:
+        """ranks/rank-N.json of a data-parallel job (the Jobs page shows each process)."""
+        if self.world.parallel:
+            write_heartbeat(self.run_dir, self.world, self.device, step)
+
+    def trainable(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+
+@contextlib.contextmanager
+def micro_batch_rng(job: Job, step: int, index: int) -> Iterator[None]:
+    """Seed dropout for micro-batch `index` of `step` from the run seed alone.
+
+    The same micro-batch then draws the same dropout masks whichever rank trains it, so a
+    data-parallel job makes the update one process makes (training/distributed.py).
+    """
+    devices = [job.device] if job.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed_for(job.cfg.seed, step, index))
+        yield
+
+
+def sum_gradients_over_ranks(job: Job) -> None:
+    """Each rank accumulated its micro-batches' gradients; every rank gets their sum."""
+    job.world.sum_gradients(job.trainable())
 
 
 # ---------------------------------------------------------------------------------------
@@ -263,14 +293,18 @@ def build_job(
     environment: Environment | None = None,
     verifier: Verifier | None = None,
     tasks: TaskSource | None = None,
+    world: World = SINGLE,
 ) -> Job:
-    """Seed, pick the device, load the model (or take the given one), environment and verifier."""
+    """Seed, pick the device, load the model (or take the given one), environment and verifier.
+
+    Every rank of a data-parallel job seeds alike, so their LoRA adapters start identical.
+    """
     seed_everything(cfg.seed)
     allow_hub_kernels(cfg.hub_kernels)
     data = tasks or TaskSource(cfg.dataset, cfg.environment, cfg.max_tasks)
     for split in required_splits(cfg):
         data.split(split)
-    device = resolve_device(cfg.device)
+    device = rank_device(world, resolve_device(cfg.device))
     autocast = wants_autocast(cfg.bf16, device)
     trainable = cfg.kind != "eval"
     if model is None:
@@ -303,6 +337,7 @@ def build_job(
         agent=agent_config(cfg, env),
         reference=reference,
         monitor=SystemMonitor(device),
+        world=world,
     )
 
 
@@ -346,8 +381,13 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     metrics: Mapping[str, float | None] | None = None,
-) -> ckpt.Checkpoint:
-    """Write, seal and announce the checkpoint of `step`, then apply keep-top-k retention."""
+) -> ckpt.Checkpoint | None:
+    """Write, seal and announce the checkpoint of `step`, then apply keep-top-k retention.
+
+    Rank 0 alone writes (every rank holds the same weights and optimizer state); others: None.
+    """
+    if not job.world.is_main:
+        return None
     tmp = ckpt.begin_checkpoint(job.run_dir, step)
     _write_weights(job, tmp)
     ckpt.save_training_state(tmp, optimizer, scheduler, step)
@@ -428,8 +468,13 @@ def load_weights(job: Job, folder: Path) -> None:
 
 
 def resume(job: Job, optimizer: torch.optim.Optimizer, scheduler: Any) -> int:
-    """Continue from the latest complete checkpoint of RUN_DIR; return its step (0: none)."""
-    ckpt.discard_incomplete(job.run_dir)
+    """Continue from the latest complete checkpoint of RUN_DIR; return its step (0: none).
+
+    Any world size resumes any checkpoint: it holds one replica's state, which every rank loads.
+    """
+    if job.world.is_main:
+        ckpt.discard_incomplete(job.run_dir)
+    job.world.barrier()
     latest = ckpt.latest_checkpoint(job.run_dir)
     if latest is None:
         return 0

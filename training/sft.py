@@ -38,9 +38,11 @@ from training.runner import (
     Job,
     checkpoint_due,
     make_optimizer,
+    micro_batch_rng,
     prefixed,
     resume,
     save_checkpoint,
+    sum_gradients_over_ranks,
     validation_due,
 )
 
@@ -224,27 +226,35 @@ def run_supervised(job: Job, items: Sequence[Any], micro_loss: MicroLoss) -> dic
     job.events.log(f"{cfg.kind}: {len(items)} examples, {total} optimizer steps")
     if start == 0 and cfg.eval_interval > 0:
         validate(0)
-    progress = _ProgressBar(total, start)
+    progress = _ProgressBar(total, start, shown=job.world.is_main)
     metrics: dict[str, Any] = {}
     for step in range(start + 1, total + 1):
         job.monitor.start()
+        job.heartbeat(step)
         started = time.perf_counter()
         job.model.train()
         # Similar lengths share a micro-batch (less padding); every micro-loss divides by
-        # the whole step's token count, so the grouping does not change the gradient.
+        # the whole step's token count, so the grouping does not change the gradient. A
+        # data-parallel rank trains on its share of the micro-batches; gradients and metrics
+        # are then summed over ranks (training/distributed.py).
         batch = sorted(step_items(items, step, per_step, cfg.seed), key=_item_length)
+        starts = range(0, len(batch), cfg.micro_batch_size)
         sums: Counter[str] = Counter()
         tokens = 0
-        for first in range(0, len(batch), cfg.micro_batch_size):
-            with autocast_context(job.device, job.autocast):
+        for index in job.world.share(len(starts)):
+            first = starts[index]
+            with micro_batch_rng(job, step, index), autocast_context(job.device, job.autocast):
                 loss, micro_metrics, micro_tokens = micro_loss(
                     batch[first : first + cfg.micro_batch_size], batch
                 )
             loss.backward()
             sums.update(micro_metrics)
             tokens += micro_tokens
-        params = [p for p in job.model.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+        sum_gradients_over_ranks(job)
+        reduced = job.world.sum_floats({**sums, "_tokens": float(tokens)})
+        tokens = int(reduced.pop("_tokens"))
+        sums = Counter(reduced)
+        grad_norm = torch.nn.utils.clip_grad_norm_(job.trainable(), MAX_GRAD_NORM)
         lr = scheduler.get_last_lr()[0]
         optimizer.step()
         scheduler.step()

@@ -154,19 +154,23 @@ class VLLMEngine:
         vllm = _require_vllm()
         from vllm.inputs import TokensPrompt
 
-        sampling = vllm.SamplingParams(
-            n=params.n,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            max_tokens=params.max_new_tokens,
-            seed=params.seed,
-            logprobs=0,  # only the sampled token's log-prob
-            stop_token_ids=self.stops,
-        )
+        def sampling(seed: int | None) -> Any:
+            return vllm.SamplingParams(
+                n=params.n,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_tokens=params.max_new_tokens,
+                seed=seed,
+                logprobs=0,  # only the sampled token's log-prob
+                stop_token_ids=self.stops,
+            )
+
+        # One seed per prompt when asked (a request's own seed in vLLM), else one per call.
+        per_prompt = params.prompt_seeds if params.prompt_seeds is not None and not params.greedy else None
         started = time.perf_counter()
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids],
-            sampling,
+            [sampling(seed) for seed in per_prompt] if per_prompt is not None else sampling(params.seed),
             lora_request=self._lora_request,
             use_tqdm=False,
         )

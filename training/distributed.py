@@ -1,0 +1,320 @@
+"""Data parallelism over several processes: torchrun starts them, torch.distributed joins them.
+
+One job, N processes (config `num_processes`), one replica of the model each. Every rank
+generates and scores its share of a step's prompts; the rollouts are gathered, so every rank
+holds the step's whole batch, computes the same group advantages and trains on its share of
+the micro-batches; the gradients are then summed over ranks with one all-reduce, every
+micro-batch's loss having been normalised for the *global* batch. So N processes make the
+update one process makes on the same global batch, and (sampling being seeded per prompt)
+the same weights come out at any process count, up to float summation order.
+
+Why one all-reduce after accumulation rather than the `DistributedDataParallel` wrapper:
+the GRPO forward runs the model twice per micro-batch (a shared prompt, then its
+completions on the prompt's cache), ranks may hold different numbers of micro-batches (the
+groups dynamic sampling keeps do not split evenly), and the trainable LoRA gradients are a
+few MB. DDP's `no_sync` accumulation followed by a final synchronised backward needs every
+rank to run that last backward; a flat all-reduce of the accumulated gradients is the same
+arithmetic (DDP sums buckets with all-reduce too) without that constraint. What is given up
+is DDP's overlap of communication with the backward pass, which matters for full
+fine-tuning of large models, not for adapters.
+
+Rank 0 writes the events, trajectories (every rank's, gathered) and checkpoints; the others
+write nothing to the run folder but their heartbeat (ranks/rank-N.json) and, on failure,
+their error (ranks/rank-N.error), which the launching process reports.
+
+Backends: gloo on CPU (how CI tests it), NCCL on CUDA with one GPU per process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+WORLD_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+RANKS_FOLDER = "ranks"
+_MASK = (1 << 64) - 1
+
+
+class DistributedError(RuntimeError):
+    """The processes of a job cannot be started or joined as configured."""
+
+
+# ---------------------------------------------------------------------------------------
+# Seeds that do not depend on which rank draws them
+# ---------------------------------------------------------------------------------------
+
+
+def _splitmix64(value: int) -> int:
+    value = (value + 0x9E3779B97F4A7C15) & _MASK
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK
+    return value ^ (value >> 31)
+
+
+def seed_for(*parts: int) -> int:
+    """A 63-bit seed mixed from integers: (run seed, step, draw, prompt position) and the like.
+
+    A pure function, so a prompt's samples are the same whichever rank generates them.
+    """
+    value = 0
+    for part in parts:
+        value = _splitmix64(value ^ (int(part) & _MASK))
+    return value >> 1
+
+
+# ---------------------------------------------------------------------------------------
+# The process group
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the job's processes; a world of 1 does no communication."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def parallel(self) -> bool:
+        return self.size > 1
+
+    # --- sharding ----------------------------------------------------------------------
+
+    def share(self, count: int) -> range:
+        """This rank's contiguous share of `count` items (the first ranks take one more)."""
+        return shard_range(count, self.rank, self.size)
+
+    # --- collectives (no-ops in a world of 1) --------------------------------------------
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's `value`, in rank order, on every rank (picklable objects)."""
+        if not self.parallel:
+            return [value]
+        gathered: list[Any] = [None] * self.size
+        torch.distributed.all_gather_object(gathered, value)
+        return gathered
+
+    def sum_floats(self, values: dict[str, float]) -> dict[str, float]:
+        """Sum a dict of floats over ranks (each rank may hold different keys)."""
+        if not self.parallel:
+            return dict(values)
+        total: dict[str, float] = {}
+        for part in self.gather(dict(values)):
+            for key, value in part.items():
+                total[key] = total.get(key, 0.0) + float(value)
+        return total
+
+    def sum_gradients(self, parameters: Sequence[torch.nn.Parameter]) -> None:
+        """Sum the accumulated gradients of `parameters` over ranks, in one flat all-reduce.
+
+        A parameter without a gradient on this rank (it trained on no micro-batch) takes
+        part with zeros, so every rank sends buffers of the same size.
+        """
+        if not self.parallel or not parameters:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
+        flat = torch.cat([g.reshape(-1).float() for g in grads])
+        torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.SUM)
+        offset = 0
+        for param, grad in zip(parameters, grads, strict=True):
+            count = grad.numel()
+            summed = flat[offset : offset + count].view_as(grad).to(grad.dtype)
+            param.grad = summed
+            offset += count
+
+    def barrier(self) -> None:
+        if self.parallel:
+            torch.distributed.barrier()
+
+    def close(self) -> None:
+        if self.parallel and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+SINGLE = World()
+
+
+def shard_range(count: int, rank: int, size: int) -> range:
+    """Contiguous split of `count` items over `size` ranks; sizes differ by at most one."""
+    base, extra = divmod(count, size)
+    start = rank * base + min(rank, extra)
+    return range(start, start + base + (1 if rank < extra else 0))
+
+
+def launched_by_torchrun() -> bool:
+    """Whether this process is one rank of a torchrun job (torchrun sets these variables)."""
+    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+def join_world(device: str, expected_size: int) -> World:
+    """Join the process group torchrun prepared; a world of 1 outside torchrun.
+
+    `device` is the config's (auto, cpu or cuda): cpu joins over gloo, cuda over NCCL with
+    GPU LOCAL_RANK. `expected_size` is the config's num_processes, checked against what
+    torchrun started, so a run never trains at a world size nobody asked for.
+    """
+    if not launched_by_torchrun():
+        if expected_size > 1:
+            raise DistributedError(
+                f"num_processes is {expected_size} but this process was not started by torchrun; "
+                "start it with `python -m training run`, which launches torchrun itself"
+            )
+        return SINGLE
+    size = int(os.environ["WORLD_SIZE"])
+    if size != expected_size:
+        raise DistributedError(
+            f"torchrun started {size} processes but the config's num_processes is {expected_size}; "
+            "launch with --nproc-per-node * --nnodes equal to num_processes"
+        )
+    world = World(rank=int(os.environ["RANK"]), size=size, local_rank=int(os.environ["LOCAL_RANK"]))
+    if size == 1:
+        return world
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if cuda:
+        _claim_gpu(world)
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
+    return world
+
+
+def _claim_gpu(world: World) -> None:
+    visible = torch.cuda.device_count()
+    if world.local_rank >= visible:
+        raise DistributedError(
+            f"rank {world.rank} needs GPU {world.local_rank} but this host sees {visible}; "
+            "num_processes on one host may not exceed its GPUs (CUDA_VISIBLE_DEVICES)"
+        )
+    torch.cuda.set_device(world.local_rank)
+
+
+def rank_device(world: World, device: torch.device) -> torch.device:
+    """One GPU per process: cuda becomes cuda:LOCAL_RANK; a CPU stays the CPU."""
+    if device.type == "cuda" and world.parallel:
+        return torch.device("cuda", world.local_rank)
+    return device
+
+
+# ---------------------------------------------------------------------------------------
+# Heartbeats and errors of ranks (rank 0 owns the event log)
+# ---------------------------------------------------------------------------------------
+
+
+def ranks_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / RANKS_FOLDER
+
+
+def write_heartbeat(run_dir: str | Path, world: World, device: torch.device, step: int | None) -> None:
+    """ranks/rank-N.json: pid, device, step and time, rewritten atomically (the worker reads it)."""
+    folder = ranks_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    payload = {"rank": world.rank, "world_size": world.size, "pid": os.getpid(), "device": str(device),
+               "host": os.uname().nodename, "step": step, "time": time.time()}
+    tmp = folder / f".rank-{world.rank}.json.tmp"
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, folder / f"rank-{world.rank}.json")
+
+
+def write_rank_error(run_dir: str | Path, world: World, message: str) -> None:
+    folder = ranks_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"rank-{world.rank}.error").write_text(message, encoding="utf-8")
+
+
+def read_heartbeats(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every rank's last heartbeat, by rank (for the worker and the Jobs page)."""
+    beats = []
+    for path in sorted(ranks_dir(run_dir).glob("rank-*.json")):
+        try:
+            beats.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(beats, key=lambda beat: beat.get("rank", 0))
+
+
+def rank_errors(run_dir: str | Path) -> dict[int, str]:
+    errors = {}
+    for path in sorted(ranks_dir(run_dir).glob("rank-*.error")):
+        try:
+            errors[int(path.stem.split("-")[1])] = path.read_text(encoding="utf-8").strip()
+        except (OSError, ValueError, IndexError):
+            continue
+    return errors
+
+
+def clear_ranks(run_dir: str | Path) -> None:
+    """Forget the previous attempt's heartbeats and errors before a new one starts."""
+    folder = ranks_dir(run_dir)
+    if folder.is_dir():
+        for path in folder.iterdir():
+            path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Launching: `python -m training run` with num_processes > 1 starts torchrun itself
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the processes of a job meet. One host: standalone. Several: the same endpoint
+    and id on every host, each with its own node_rank (what a person or a scheduler passes)."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    endpoint: str | None = None
+    run_id: str = "crucible"
+
+    def check(self, num_processes: int) -> int:
+        """Processes per node; an error when the hosts cannot share num_processes evenly."""
+        if self.nnodes < 1:
+            raise DistributedError(f"--nnodes must be >= 1, got {self.nnodes}")
+        if num_processes % self.nnodes:
+            raise DistributedError(
+                f"num_processes {num_processes} does not split evenly over --nnodes {self.nnodes}"
+            )
+        if self.nnodes > 1 and not self.endpoint:
+            raise DistributedError("several hosts need --rdzv-endpoint HOST:PORT (the same on every host)")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise DistributedError(f"--node-rank must be in [0, {self.nnodes}), got {self.node_rank}")
+        return num_processes // self.nnodes
+
+
+def torchrun_command(config: str | Path, out: str | Path, num_processes: int, rendezvous: Rendezvous) -> list[str]:
+    """The torchrun command line that runs this same `training run` as num_processes ranks."""
+    per_node = rendezvous.check(num_processes)
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={per_node}"]
+    if rendezvous.nnodes == 1 and not rendezvous.endpoint:
+        command.append("--standalone")
+    else:
+        command += [f"--nnodes={rendezvous.nnodes}", f"--node-rank={rendezvous.node_rank}",
+                    "--rdzv-backend=c10d", f"--rdzv-endpoint={rendezvous.endpoint}",
+                    f"--rdzv-id={rendezvous.run_id}"]
+    command += ["--max-restarts=0", "-m", "training", "run", "--config", str(config), "--out", str(out)]
+    return command
+
+
+def launch(config: str | Path, out: str | Path, num_processes: int, rendezvous: Rendezvous) -> int:
+    """Run torchrun in the foreground and return its exit status.
+
+    torchrun ends every rank when one fails (its default); the exit status is then non-zero
+    and the caller reports which rank failed and why (rank_errors). The child stays in this
+    process's group, so a worker that kills the group on cancel kills every rank.
+    """
+    command = torchrun_command(config, out, num_processes, rendezvous)
+    env = {k: v for k, v in os.environ.items() if k not in WORLD_VARIABLES}
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, num_processes))))
+    return subprocess.call(command, env=env)
