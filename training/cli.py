@@ -33,6 +33,7 @@ from training.distributed import (
     Rendezvous,
     World,
     clear_ranks,
+    die_with_parent,
     join_world,
     launch,
     launched_by_torchrun,
@@ -134,6 +135,7 @@ def _run_rank(config: str, run_dir: Path) -> int:
     A rank that fails leaves its message in ranks/rank-N.error for the launching process,
     which reports it when torchrun has stopped the others.
     """
+    die_with_parent()
     world: World = SINGLE
     events: EventWriter | None = None
     try:

@@ -27,8 +27,10 @@ Backends: gloo on CPU (how CI tests it), NCCL on CUDA with one GPU per process.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -307,14 +309,37 @@ def torchrun_command(config: str | Path, out: str | Path, num_processes: int, re
     return command
 
 
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies (Linux; elsewhere nothing happens).
+
+    torchrun starts each rank in a session of its own, so a worker that kills its job's
+    process group reaches the launcher and torchrun but not the ranks. The chain launcher ->
+    torchrun -> ranks, each dying with its parent, leaves no rank behind.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def launch(config: str | Path, out: str | Path, num_processes: int, rendezvous: Rendezvous) -> int:
     """Run torchrun in the foreground and return its exit status.
 
     torchrun ends every rank when one fails (its default); the exit status is then non-zero
-    and the caller reports which rank failed and why (rank_errors). The child stays in this
-    process's group, so a worker that kills the group on cancel kills every rank.
+    and the caller reports which rank failed and why (rank_errors). torchrun stays in this
+    process's group and dies with this process, and its ranks die with it (die_with_parent),
+    so killing the job's process group on cancel ends every rank.
     """
     command = torchrun_command(config, out, num_processes, rendezvous)
     env = {k: v for k, v in os.environ.items() if k not in WORLD_VARIABLES}
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, num_processes))))
-    return subprocess.call(command, env=env)
+    proc = subprocess.Popen(command, env=env, preexec_fn=die_with_parent)  # noqa: PLW1509 - only prctl
+    try:
+        return proc.wait()
+    except BaseException:
+        proc.terminate()  # SIGTERM: torchrun stops its ranks before it exits
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise

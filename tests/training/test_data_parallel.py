@@ -261,6 +261,42 @@ def test_a_killed_rank_fails_the_job_with_a_clear_error_and_the_retry_resumes(co
     assert _events(out)[-1]["type"] == "done"
 
 
+def test_killing_the_launcher_leaves_no_rank_behind(common, tmp_path):
+    """What a worker's cancel does (it kills the job's process group): every rank ends too."""
+    # so many steps that ranks left running would still be running when the test looks
+    config = _write_config(tmp_path / "run.json", **_grpo(common, num_processes=2, max_steps=5000))
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "training", "run", "--config", str(config), "--out", str(out)],
+                            cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    while len(read_heartbeats(out)) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    pids = [beat["pid"] for beat in read_heartbeats(out)]
+    assert len(pids) == 2
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.time() + 15
+    while time.time() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    survivors = [pid for pid in pids if _alive(pid)]
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie waiting for its (dead) parent's reaper counts as gone
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
 def test_a_rank_that_raised_is_named_in_the_runs_error(tmp_path):
     """What the launcher reports: the lowest failing rank's own message, else what it knows."""
     from training.cli import _ranks_failure_message
