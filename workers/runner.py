@@ -48,6 +48,7 @@ class JobContext:
     progress: float = 0.0
     log_lines: list[str] = field(default_factory=list)
     output_tail: str = ""  # the last lines a supervised process printed
+    processes: list[dict] | None = None  # a data-parallel job's ranks (their heartbeats), for the Jobs page
     cancel_requested: threading.Event = field(default_factory=threading.Event)
     lease_lost: threading.Event = field(default_factory=threading.Event)
 
@@ -206,7 +207,7 @@ class _Heartbeater:
         try:
             beat = job_services.job_heartbeat(
                 job_id=self.ctx.job_id, attempt=self.ctx.attempt,
-                progress=self.ctx.progress, log_tail=self.ctx.log_tail(),
+                progress=self.ctx.progress, log_tail=self.ctx.log_tail(), processes=self.ctx.processes,
             )
         except job_services.StaleAttempt:
             self.ctx.lease_lost.set()

@@ -58,6 +58,13 @@ def refuse_device_this_worker_lacks(config: dict, *, worker_gpus: list[dict]) ->
             "Start a GPU worker for the train and rollout queues (docs/deploy.md, then "
             "`python -m training gpu-check` on it), or set the run's device to auto or cpu."
         )
+    processes = int(config.get("num_processes") or 1)
+    if config.get("device") == "cuda" and processes > len(worker_gpus):
+        raise DeviceUnavailable(
+            f"this run asks for {processes} processes on cuda (one GPU each) but worker {worker_name()} sees "
+            f"{len(worker_gpus)} GPU(s). Start it on a worker with {processes} GPUs (CRUCIBLE_WORKER_GPUS must "
+            "not promise more than CUDA sees), or lower num_processes."
+        )
 
 
 def _training_command(config_path: Path, run_dir: Path) -> list[str]:
@@ -88,7 +95,7 @@ def run_training_process(ctx: JobContext) -> None:
         )
         ctx.log(f"started training process {proc.pid} in {run_dir}")
         _supervise(ctx, EventIngestor(run, attempt=ctx.attempt, resumed_from=resumed_from), proc, run_dir,
-                   stderr_path, deadline)
+                   stderr_path, deadline, ranks=int(config.get("num_processes") or 1))
 
 
 def _die_with_parent() -> None:
@@ -108,7 +115,9 @@ def _latest_checkpoint_step(run_dir: Path) -> int | None:
 
 
 def _supervise(ctx: JobContext, ingestor: EventIngestor, proc: subprocess.Popen, run_dir: Path, stderr_path: Path,
-               deadline: float) -> None:
+               deadline: float, *, ranks: int = 1) -> None:
+    from training.distributed import read_heartbeats  # torch only where training runs
+
     events_path = run_dir / "events.jsonl"
     offset, error = 0, None
     try:
@@ -116,6 +125,8 @@ def _supervise(ctx: JobContext, ingestor: EventIngestor, proc: subprocess.Popen,
             exited = proc.poll() is not None
             offset, error = _ingest_available(ctx, ingestor, events_path, offset, error)
             _mirror_stderr(ctx, stderr_path)
+            if ranks > 1:
+                ctx.processes = read_heartbeats(run_dir)
             if exited:
                 break
             ctx.check()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.core.exceptions import PermissionDenied
-from ninja import Router, Schema
+from ninja import Field, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
@@ -56,6 +56,8 @@ class JobRowOut(JobOut):
     heartbeat_age_seconds: float | None
     lease_expires_at: datetime | None
     lease_seconds_left: float | None
+    processes: list[dict] = Field(description="A data-parallel job's ranks: rank, device, host, pid, step, time.")
+    placement_problem: str | None = Field(description="Why no running worker can take this queued job, or null.")
 
 
 class JobDetailOut(JobRowOut):

@@ -17,7 +17,7 @@ from django.utils import timezone
 from webapp.api.pagination import Page, keyset_page
 from webapp.projects.models import Project
 from webapp.runs.models import ACTIVE_JOB_STATES, Job, JobState, WorkerNode
-from webapp.runs.services.jobs import QUEUE_BY_KIND
+from webapp.runs.services.jobs import QUEUE_BY_KIND, gpus_needed
 from webapp.runs.services.workers import ALIVE_WITHIN, workers_alive
 
 # The queues DESIGN.md names; each is listed even when empty, so "nothing queued" shows.
@@ -103,6 +103,10 @@ class JobRow:
     heartbeat_age_seconds: float | None
     lease_expires_at: datetime | None
     lease_seconds_left: float | None
+    processes: list
+    """A data-parallel job's ranks as its worker last reported them (rank, device, host, pid, step, time)."""
+    placement_problem: str | None = None
+    """Why no running worker can take this queued job (it needs more GPUs than any offers)."""
 
 
 class UnknownJobState(ValueError):
@@ -124,12 +128,44 @@ def job_list(project: Project, *, state: str | None = None, queue: str | None = 
             jobs = jobs.filter(**{field: value})
     page = keyset_page(jobs, ordering=["-created_at"], after=after, limit=limit)
     now = now or timezone.now()
-    return Page(items=[job_row(j, now=now) for j in page.items], next_cursor=page.next_cursor)
+    offers = _alive_queue_lists() if any(j.state == JobState.QUEUED and gpus_needed(j.queue) > 1
+                                         for j in page.items) else []
+    return Page(items=[job_row(j, now=now, offers=offers) for j in page.items], next_cursor=page.next_cursor)
 
 
-def job_row(job: Job, *, now: datetime | None = None) -> JobRow:
+def _alive_queue_lists() -> list[list[str]]:
+    return [list(queues or []) for queues in workers_alive().values_list("queues", flat=True)]
+
+
+def placement_problem(queue: str, alive_queues: list[list[str]]) -> str | None:
+    """Why no alive worker fits a job of `queue`, or None (it fits one, or needs no GPUs).
+
+    A worker offers G GPUs to one job by consuming Q.gpus2 .. Q.gpusG (workers/registration.py).
+    """
+    need = gpus_needed(queue)
+    if need <= 1 or any(queue in queues for queues in alive_queues):
+        return None
+    base = queue.rpartition(".gpus")[0]
+    largest = max((gpus_needed(q) for queues in alive_queues for q in queues if q.startswith(f"{base}.gpus")),
+                  default=1 if any(base in queues for queues in alive_queues) else 0)
+    return (f"No running worker offers {need} GPUs to one job: the most any {base} worker offers is {largest}. "
+            f"Start a worker on the {base} queue on a host with {need} GPUs (it offers what CUDA sees, or "
+            "CRUCIBLE_WORKER_GPUS), or lower the run's num_processes, or run it with device cpu.")
+
+
+def job_placement_problem(job: Job) -> str | None:
+    """placement_problem for one queued job (a run page), in one query when it needs GPUs."""
+    if job.state != JobState.QUEUED or gpus_needed(job.queue) <= 1:
+        return None
+    return placement_problem(job.queue, _alive_queue_lists())
+
+
+def job_row(job: Job, *, now: datetime | None = None, offers: list[list[str]] | None = None) -> JobRow:
     """The table's row for one job (also the API's job detail, with the log tail added there)."""
     now = now or timezone.now()
+    problem = None
+    if job.state == JobState.QUEUED and gpus_needed(job.queue) > 1:
+        problem = placement_problem(job.queue, offers if offers is not None else _alive_queue_lists())
     return JobRow(
         id=job.pk, kind=job.kind, queue=job.queue, state=job.state, attempt=job.attempt,
         max_attempts=job.max_attempts, attempt_label=f"{job.attempt}/{job.max_attempts}", progress=job.progress,
@@ -138,6 +174,7 @@ def job_row(job: Job, *, now: datetime | None = None) -> JobRow:
         started_at=job.started_at, finished_at=job.finished_at, heartbeat_at=job.heartbeat_at,
         heartbeat_age_seconds=_age_seconds(job.heartbeat_at, now), lease_expires_at=job.lease_expires_at,
         lease_seconds_left=None if job.lease_expires_at is None else (job.lease_expires_at - now).total_seconds(),
+        processes=list(job.processes or []), placement_problem=problem,
     )
 
 

@@ -179,6 +179,10 @@ class Job(models.Model):
     error = models.TextField(blank=True)
     log_tail = models.TextField(blank=True)
     history = models.JSONField(default=list, blank=True, help_text="One entry per attempt: worker, outcome, reason.")
+    processes = models.JSONField(
+        default=list, blank=True,
+        help_text="A data-parallel job's ranks as its worker last saw them: rank, device, host, pid, step, time.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

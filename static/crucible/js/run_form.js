@@ -55,12 +55,16 @@ function updateEstimate() {
   const throughput = Number(panel.dataset.throughput);
   const price = Number(panel.dataset.price);
   const hours = throughput > 0 ? total / throughput / 3600 : NaN;
+  // N processes share the device hours (one device each): the ideal wall clock is hours / N.
+  const processes = Math.max(1, effective("num_processes", 1));
   const set = (name, text) => { panel.querySelector(`[data-estimate="${name}"]`).textContent = text; };
   set("prompts", format(prompts));
   set("rollouts", kind === "grpo" ? format(rollouts) : "—");
   set("tokens_step", format(tokensStep));
   set("tokens_total", format(total));
   set("hours", Number.isFinite(hours) ? hours.toFixed(2) : "—");
+  set("processes", format(processes));
+  set("wall_hours", Number.isFinite(hours) ? (hours / processes).toFixed(2) : "—");
   set("cost", Number.isFinite(hours) && price > 0 ? (hours * price).toFixed(2) : "—");
 }
 

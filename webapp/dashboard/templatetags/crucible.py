@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from django import template
 
 register = template.Library()
@@ -14,3 +16,12 @@ def get_item(mapping, key):
         return ""
     value = mapping.get(key, "")
     return "" if value is None else value
+
+
+@register.filter
+def seconds_since(epoch) -> str:
+    """"12 s ago" for a Unix time (a rank's heartbeat); "—" for anything that is not one."""
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, float)):
+        return "—"
+    age = max(0.0, time.time() - float(epoch))
+    return f"{age:.0f} s ago" if age < 120 else f"{age / 60:.0f} min ago"

@@ -16,6 +16,7 @@ from webapp.api.pagination import CursorError, Page
 from webapp.dashboard.views.common import breadcrumbs_for, has_page, query_without_after
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, has_role
 from webapp.projects.models import Role
+from webapp.runs.job_selectors import job_placement_problem
 from webapp.runs.models import ACTIVE_JOB_STATES, Run, RunKind, RunStatus
 from webapp.runs.selectors import (
     DEFAULT_RUN_SORT,
@@ -162,6 +163,7 @@ def _detail_context(request: HttpRequest, run: Run) -> dict:
         "active": job is not None and (job.state in ACTIVE_JOB_STATES or job.state == "queued"),
         "can_edit": has_role(request.user, run.project, Role.EDITOR),
         "headlines": [(h, detail.headline.get(h.key)) for h in HEADLINE_METRICS],
+        "placement_problem": job_placement_problem(job) if job is not None else None,
     }
 
 

@@ -48,6 +48,32 @@ def queue_for_kind(kind: str) -> str:
     return QUEUE_BY_KIND.get(kind, "default")
 
 
+def gpu_queue(queue: str, gpus: int) -> str:
+    """The queue of jobs that need `gpus` GPUs on one worker: train.gpus2, train.gpus4, ...
+
+    A worker with G GPUs consumes Q.gpus2 .. Q.gpusG beside each queue Q it serves
+    (workers/registration.py), so Celery's routing hands a job only to a worker it fits.
+    """
+    return queue if gpus <= 1 else f"{queue}.gpus{gpus}"
+
+
+def queue_for_run(kind: str, config: dict) -> str:
+    """A run's job queue: its kind's, or the kind's multi-GPU queue for num_processes > 1 on cuda.
+
+    device cpu (and auto) jobs of several processes run on any worker of the queue: CPU
+    processes need cores, not GPUs, and auto uses GPUs only where there is one per process.
+    """
+    processes = int(config.get("num_processes") or 1)
+    queue = queue_for_kind(kind)
+    return gpu_queue(queue, processes) if config.get("device") == "cuda" else queue
+
+
+def gpus_needed(queue: str) -> int:
+    """How many GPUs a job of this queue needs on one worker (1 for ordinary queues)."""
+    head, _, tail = queue.rpartition(".gpus")
+    return int(tail) if head and tail.isdigit() else 1
+
+
 def _lease_deadline(now: datetime) -> datetime:
     return now + timedelta(seconds=settings.CRUCIBLE_JOB_LEASE_SECONDS)
 
@@ -123,11 +149,17 @@ class Heartbeat:
 
 
 def job_heartbeat(
-    *, job_id: int, attempt: int, progress: float | None = None, log_tail: str | None = None
+    *, job_id: int, attempt: int, progress: float | None = None, log_tail: str | None = None,
+    processes: list[dict] | None = None,
 ) -> Heartbeat:
-    """Extend the lease; tells the worker whether someone asked to cancel."""
+    """Extend the lease; tells the worker whether someone asked to cancel.
+
+    `processes`: a data-parallel job's ranks (training/distributed.py heartbeats), for the Jobs page.
+    """
     now = timezone.now()
     fields: dict = {"heartbeat_at": now, "lease_expires_at": _lease_deadline(now)}
+    if processes is not None:
+        fields["processes"] = [_process_row(p) for p in processes[:256]]
     if progress is not None:
         fields["progress"] = max(0.0, min(1.0, float(progress)))
     if log_tail is not None:
@@ -136,6 +168,17 @@ def job_heartbeat(
         raise StaleAttempt(f"job {job_id} attempt {attempt} no longer holds the lease")
     cancel = Job.objects.filter(pk=job_id).values_list("cancel_requested", flat=True).first()
     return Heartbeat(cancel_requested=bool(cancel))
+
+
+def _process_row(beat: dict) -> dict:
+    """Only the fields the page shows, typed; a rank's heartbeat file is the worker's, not the user's."""
+    def number(key: str) -> float | None:
+        value = beat.get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    return {"rank": int(number("rank") or 0), "device": str(beat.get("device", ""))[:32],
+            "host": str(beat.get("host", ""))[:128], "pid": int(number("pid") or 0),
+            "step": None if number("step") is None else int(number("step")), "time": number("time")}
 
 
 def _finish(job_id: int, attempt: int, state: str, *, error: str = "", log_tail: str | None = None) -> Job:

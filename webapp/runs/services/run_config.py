@@ -15,7 +15,7 @@ from webapp.datasets.models import TaskDataset
 from webapp.projects.models import Project
 from webapp.runs.models import Checkpoint, Job, ModelSpec, Run
 from webapp.runs.paths import checkpoint_folder, weights_problem
-from webapp.runs.services.jobs import job_create
+from webapp.runs.services.jobs import job_create, queue_for_run
 from webapp.runs.services.models import gguf_name_problem, hf_id_problem, registered_model_problem
 from webapp.trajectories.models import ReviewQueue
 from webapp.trajectories.services.review import ReviewError, queue_preference_pairs_file
@@ -203,7 +203,7 @@ def run_create(
         project=project, name=name, kind=kind, config=config, dataset=dataset, verifier_version=verifier_version,
         model=model, parent_checkpoint=parent_checkpoint, created_by=actor,
     )
-    job = job_create(project=project, kind=kind, run=run) if start else None
+    job = job_create(project=project, kind=kind, run=run, queue=queue_for_run(kind, config)) if start else None
     return run, job
 
 
