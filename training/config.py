@@ -115,7 +115,9 @@ class RunConfig:
         "processes over gloo with device cpu). Above 1, `python -m training run` starts "
         "torchrun itself; every rank generates its share of a step's prompts and the "
         "gradients are summed over ranks, so the update equals one process's on the same "
-        "global batch. A worker takes the job only when it has this many GPUs free.",
+        "global batch. device cuda needs one GPU per process on each host (a worker takes "
+        "the job only if it has that many); device auto uses GPUs when the host has one per "
+        "process, else runs every process on the CPU.",
         {"type": "integer", "minimum": 1, "maximum": 64},
     )
     parallel: Literal["ddp"] = _field(

@@ -185,12 +185,28 @@ def join_world(device: str, expected_size: int) -> World:
     world = World(rank=int(os.environ["RANK"]), size=size, local_rank=int(os.environ["LOCAL_RANK"]))
     if size == 1:
         return world
-    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    cuda = uses_gpus(device)
     if cuda:
         _claim_gpu(world)
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
     return world
+
+
+def local_processes() -> int:
+    """Processes of this job on this host (torchrun's LOCAL_WORLD_SIZE; 1 outside torchrun)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def uses_gpus(device: str) -> bool:
+    """Whether this job's processes run on GPUs: cuda always; auto when this host has one per process.
+
+    With fewer GPUs than processes, auto runs every process on the CPU rather than sharing a
+    GPU or failing: the job's first log line says which it chose.
+    """
+    if device == "cuda":
+        return True
+    return device == "auto" and torch.cuda.is_available() and torch.cuda.device_count() >= local_processes()
 
 
 def _claim_gpu(world: World) -> None:
@@ -203,11 +219,17 @@ def _claim_gpu(world: World) -> None:
     torch.cuda.set_device(world.local_rank)
 
 
-def rank_device(world: World, device: torch.device) -> torch.device:
-    """One GPU per process: cuda becomes cuda:LOCAL_RANK; a CPU stays the CPU."""
-    if device.type == "cuda" and world.parallel:
+def rank_device(world: World, device: torch.device, configured: str = "auto") -> torch.device:
+    """One GPU per process: cuda becomes cuda:LOCAL_RANK; a CPU stays the CPU.
+
+    `configured` is the config's device: auto with fewer GPUs than processes on this host is
+    the CPU (uses_gpus), as the process group's backend (gloo) was chosen.
+    """
+    if not world.parallel:
+        return device
+    if device.type == "cuda" and uses_gpus(configured):
         return torch.device("cuda", world.local_rank)
-    return device
+    return torch.device("cpu")
 
 
 # ---------------------------------------------------------------------------------------

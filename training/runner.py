@@ -304,7 +304,7 @@ def build_job(
     data = tasks or TaskSource(cfg.dataset, cfg.environment, cfg.max_tasks)
     for split in required_splits(cfg):
         data.split(split)
-    device = rank_device(world, resolve_device(cfg.device))
+    device = rank_device(world, resolve_device(cfg.device), cfg.device)
     autocast = wants_autocast(cfg.bf16, device)
     trainable = cfg.kind != "eval"
     if model is None:

@@ -143,9 +143,12 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
 # --- whole jobs -----------------------------------------------------------------------------
 
 
-def test_two_processes_train_the_grpo_weights_of_one(common, tmp_path):
-    one = _write_config(tmp_path / "one.json", **_grpo(common))
-    two = _write_config(tmp_path / "two.json", **_grpo(common, num_processes=2))
+@pytest.mark.parametrize("algorithm", [{}, {"algorithm": "dapo", "max_generation_batches": 2}],
+                         ids=["grpo-defaults", "dapo-dynamic-sampling"])
+def test_two_processes_train_the_grpo_weights_of_one(common, tmp_path, algorithm):
+    """Dynamic sampling decides which groups to keep from the gathered rewards: the same on every rank."""
+    one = _write_config(tmp_path / "one.json", **_grpo(common, **algorithm))
+    two = _write_config(tmp_path / "two.json", **_grpo(common, num_processes=2, **algorithm))
     first = _run(one, tmp_path / "one")
     assert first.returncode == 0, first.stderr[-3000:]
     second = _run(two, tmp_path / "two")
@@ -154,7 +157,7 @@ def test_two_processes_train_the_grpo_weights_of_one(common, tmp_path):
     # the same samples, whichever rank generated them, and rewards with a spread
     samples = _train_samples(tmp_path / "one")
     assert samples == _train_samples(tmp_path / "two")
-    assert len(samples) == 2 * 4 * 2 and len({s[-1] for s in samples}) > 1
+    assert len(samples) >= 2 * 4 * 2 and len(samples) % 8 == 0 and len({s[-1] for s in samples}) > 1
     # the same update: adapters equal to the tolerance, and far from where they started
     a, b = _adapter(tmp_path / "one", 2), _adapter(tmp_path / "two", 2)
     assert _max_difference(a, b) < TOLERANCE
