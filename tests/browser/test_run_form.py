@@ -41,3 +41,50 @@ def test_launch_a_grpo_run_from_a_preset_after_fixing_an_error(page, live_server
     assert run.config["num_generations_per_prompt"] == 4 and run.config["max_steps"] == 2
     assert page.locator(".run-header .state").inner_text() == "queued"
     assert errors == []
+
+
+def test_processes_update_the_estimate_and_the_run_page_shows_ranks_and_a_job_that_fits_no_worker(
+    page, live_server, project_team
+):
+    """num_processes in Resources; a cuda job of 4 processes waits on train.gpus4 and says why;
+    the ranks a worker reported are listed, their text escaped."""
+    from tests.browser.browser_session import shot, watch
+    from webapp.runs.models import Job
+
+    project = project_team["project"]
+    ModelSpec.objects.create(project=project, name="offline SmolLM2", hf_id="smollm2-135m-instruct")
+    seen = watch(page)
+    page.goto(f"{live_server.url}/login/")
+    page.fill("input[name=username]", "editor")
+    page.fill("input[name=password]", "pw-editor")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/new/")
+    page.click("text=CPU quick GRPO on SmolLM2-135M")
+    assert page.locator("[data-estimate='processes']").inner_text() == "1"
+    page.fill("#cfg-num_processes", "4")
+    assert page.locator("[data-estimate='processes']").inner_text() == "4"
+    page.select_option("#cfg-device", "cuda")
+    shot(page, "run-form-processes.png")
+    page.click("#launch")
+    page.wait_for_url("**/runs/*/")
+    run = Run.objects.get()
+    assert run.config["num_processes"] == 4
+    job = Job.objects.get(run=run)
+    assert job.queue == "train.gpus4"
+    notice = page.locator("[data-placement]")
+    assert "No running worker offers 4 GPUs" in notice.inner_text()
+    # what a worker reports for a running job's ranks (tests/workers runs the real thing)
+    Job.objects.filter(pk=job.pk).update(state="running", processes=[
+        {"rank": r, "device": f"cuda:{r}", "host": "<img src=x onerror=alert(1)>", "pid": 100 + r, "step": 3,
+         "time": __import__("time").time() - 5} for r in range(4)])
+    page.reload()
+    rows = page.locator("[data-processes] tbody tr")
+    assert rows.count() == 4
+    assert "<img src=x onerror=alert(1)>" in rows.nth(3).inner_text() and "cuda:3" in rows.nth(3).inner_text()
+    assert rows.nth(0).inner_text().rstrip().endswith("s ago")
+    shot(page, "run-page-processes.png")
+    page.goto(f"{live_server.url}/p/{project.slug}/jobs/")
+    page.locator("details summary", has_text="4 processes").first.click()
+    assert page.locator("[data-processes] tbody tr").count() == 4
+    assert seen == {"dialogs": [], "csp": []}

@@ -21,7 +21,10 @@ def get_item(mapping, key):
 @register.filter
 def seconds_since(epoch) -> str:
     """"12 s ago" for a Unix time (a rank's heartbeat); "—" for anything that is not one."""
-    if isinstance(epoch, bool) or not isinstance(epoch, (int, float)):
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, float)) or epoch <= 0:
         return "—"
     age = max(0.0, time.time() - float(epoch))
-    return f"{age:.0f} s ago" if age < 120 else f"{age / 60:.0f} min ago"
+    for limit, unit, size in ((120, "s", 1), (7200, "min", 60), (172800, "h", 3600)):
+        if age < limit:
+            return f"{age / size:.0f} {unit} ago"
+    return f"{age / 86400:.0f} d ago"
