@@ -89,3 +89,51 @@ def test_compare_two_runs_shows_only_differing_config_keys(page, live_server, pr
     page.uncheck("#differences-only")
     assert page.locator("#config-diff tbody tr[data-key='seed']").is_visible()
     page.wait_for_function("() => document.querySelector(\"[data-chart][data-names='reward']\").dataset.points === '10'")
+
+
+def test_a_short_run_has_whole_step_ticks_and_a_constant_is_a_flat_line_in_a_sane_range(
+    page, live_server, project_team
+):
+    """Three steps drew ticks at 1.5 and a learning rate of 1e-4 as a zoom into float noise."""
+    project, owner = project_team["project"], project_team["owner"]
+    run, ingestor = _running_run(project, owner, name="short", steps=3, config={})
+    ingestor.ingest([{"type": "metric", "step": s, "split": "train", "metrics": {"lr": 1e-4}} for s in (1, 2, 3)])
+    login(page, live_server, "viewer")
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/{run.pk}/?smoothing=0")
+    lr = "[data-chart][data-names='lr']"
+    page.locator(lr).scroll_into_view_if_needed()
+    page.wait_for_function(f"() => document.querySelector(\"{lr}\").dataset.points === '3'")
+    ticks = page.evaluate(f"() => Array.from(document.querySelectorAll(\"{lr} .xtick text\"), t => t.textContent)")
+    assert ticks and all(t.replace(",", "").isdigit() for t in ticks), ticks
+    low, high = page.evaluate(f"() => document.querySelector(\"{lr}\")._fullLayout.yaxis.range")
+    assert low < 1e-4 < high and high - low == pytest.approx(1e-4)
+    labels = page.evaluate(f"() => Array.from(document.querySelectorAll(\"{lr} .ytick text\"), t => t.textContent)")
+    assert labels and not any("…" in label for label in labels), labels
+    reward = "[data-chart][data-names='reward']"
+    ticks = page.evaluate(f"() => Array.from(document.querySelectorAll(\"{reward} .xtick text\"), t => t.textContent)")
+    assert ticks == ["0", "1", "2", "3"] or ticks == ["1", "2", "3"], ticks
+
+
+def test_a_live_run_page_adds_panels_for_new_metrics_and_drops_cancel_when_the_run_ends(
+    page, live_server, project_team
+):
+    project, owner = project_team["project"], project_team["owner"]
+    run, ingestor = _running_run(project, owner, name="growing", steps=2, config={})
+    login(page, live_server, "editor")
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/{run.pk}/")
+    assert page.locator("#run-actions button", has_text="Cancel").count() == 1
+    validation = "[data-chart][data-split='validation'][data-names='success_rate']"
+    assert page.locator(validation).count() == 0
+    ingestor.ingest([{"type": "metric", "step": 2, "split": "validation", "metrics": {"success_rate": 0.25}},
+                     {"type": "metric", "step": 2, "split": "train", "metrics": {"timing/step": 1.5}}])
+    page.locator(validation).wait_for(timeout=20_000)
+    page.locator(validation).scroll_into_view_if_needed()
+    page.wait_for_function(f"() => document.querySelector(\"{validation}\").dataset.points === '1'")
+    assert page.locator("[data-chart][data-names='timing/step']").count() == 1
+    assert page.locator("[data-chart][data-names='reward']").count() == 1  # not added twice
+
+    job = run.jobs.get()
+    js.job_succeed(job_id=job.pk, attempt=job.attempt)
+    page.wait_for_function("() => !document.querySelector('[data-run-active]')", timeout=20_000)
+    page.wait_for_function("() => !document.querySelector('#run-actions button')", timeout=5_000)
+    assert page.locator("#run-actions a", has_text="All runs").count() == 1

@@ -184,7 +184,7 @@ class Chart {
     ];
   }
 
-  layout() {
+  layout(traces = []) {
     const fg = cssVar("--fg") || "#1d2330";
     const line = cssVar("--line") || "#e3e6eb";
     const axisTitles = { step: "step", wall: "seconds since start", tokens: "tokens trained" };
@@ -193,8 +193,9 @@ class Chart {
       title: { text: plotlyText(this.title), font: { size: 13, color: fg }, x: 0.02 },
       margin: { l: 48, r: 12, t: 32, b: legend ? 72 : 40 }, height: legend ? 290 : 260,
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { color: fg, size: 11 },
-      xaxis: { title: { text: axisTitles[this.x] || this.x }, gridcolor: line, zerolinecolor: line },
-      yaxis: { gridcolor: line, zerolinecolor: line }, showlegend: legend,
+      xaxis: { title: { text: axisTitles[this.x] || this.x }, gridcolor: line, zerolinecolor: line,
+        ...(this.x === "step" ? stepTicks(traces) : {}) },
+      yaxis: { gridcolor: line, zerolinecolor: line, ...flatRange(traces) }, showlegend: legend,
       legend: { orientation: "h", y: -0.32 }, hovermode: "x unified",
     };
   }
@@ -212,7 +213,7 @@ class Chart {
       return;
     }
     if (empty) empty.remove();
-    window.Plotly.react(this.el, traces, this.layout(), { displaylogo: false, responsive: true });
+    window.Plotly.react(this.el, traces, this.layout(traces), { displaylogo: false, responsive: true });
     if (this.stepUrl && !this.clickWired) {
       this.clickWired = true;
       this.el.on("plotly_click", (event) => this.openStep(event));
@@ -228,6 +229,28 @@ class Chart {
     url.searchParams.set("step", String(step));
     window.location.assign(url.toString());
   }
+}
+
+// Steps are whole numbers: a short run gets a tick per step, a long one Plotly's own
+// (whole) spacing, never "1.5".
+export function stepTicks(traces) {
+  const xs = traces.flatMap((t) => t.x || []);
+  if (!xs.length) return { tickformat: "d" };
+  const span = Math.max(...xs) - Math.min(...xs);
+  return span <= 10 ? { tickformat: "d", dtick: 1, tick0: 0 } : { tickformat: "d" };
+}
+
+// A constant series (a fixed learning rate) is a flat line in the middle of a sane range,
+// not a zoom into float noise with labels like "…0001421μ".
+export function flatRange(traces) {
+  const ys = traces.filter((t) => !t.fill).flatMap((t) => t.y || []).filter(Number.isFinite);
+  if (!ys.length) return {};
+  const low = Math.min(...ys);
+  const high = Math.max(...ys);
+  const scale = Math.max(Math.abs(low), Math.abs(high));
+  if (high - low > scale * 1e-9 && high > low) return {};
+  const pad = scale > 0 ? scale * 0.5 : 1;
+  return { range: [low - pad, high + pad], exponentformat: "e" };
 }
 
 const charts = [];
@@ -313,13 +336,47 @@ function colourSwatches() {
   }
 }
 
+let controlsWired = false;
+
+function wireControlsOnce() {
+  if (controlsWired || !document.getElementById("chart-smoothing")) return;
+  controlsWired = true;
+  wireControls();
+}
+
+// A live run page's header (swapped in by htmx) carries the run's current panels in a
+// <template>: charts of metrics first recorded after the page was opened are added here.
+export function addLivePanels() {
+  const template = document.querySelector("template[data-live-panels]");
+  const grid = document.querySelector(".charts");
+  if (!template || !grid) return [];
+  const key = (el) => `${el.dataset.split}|${el.dataset.names}`;
+  const known = new Set([...grid.querySelectorAll("[data-chart]")].map(key));
+  const added = [];
+  for (const card of template.content.querySelectorAll(".chart-card")) {
+    const chart = card.querySelector("[data-chart]");
+    if (!chart || known.has(key(chart))) continue;
+    const copy = document.importNode(card, true);
+    grid.append(copy);
+    known.add(key(chart));
+    added.push(copy.querySelector("[data-chart]"));
+  }
+  if (added.length) {
+    grid.querySelector("[data-no-curves]")?.remove();
+    wireControlsOnce();
+    observe(added);
+  }
+  return added;
+}
+
 export function start() {
   colourSwatches();
   const elements = [...document.querySelectorAll("[data-chart]")];
   if (elements.length) {
-    wireControls();
+    wireControlsOnce();
     observe(elements);
   }
+  document.body.addEventListener("htmx:afterSettle", () => addLivePanels());
   drawSparklines();
 }
 

@@ -195,9 +195,17 @@ def _bounded_float(raw: str | None, default: float) -> float:
 
 @login_required
 def run_live(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
-    """The header and log tail, swapped in by htmx every few seconds while the run is active."""
+    """The header, log tail and actions, swapped in by htmx every few seconds while the run is active.
+
+    It also carries the run's panels: metrics first recorded after the page was opened (the
+    validation curves, timings, ...) get their charts without a reload (charts.js).
+    """
     run = _run_for(request, slug, run_id)
-    return render(request, "dashboard/runs/_live.html", _detail_context(request, run))
+    context = _detail_context(request, run)
+    trajectories = reverse("dashboard:trajectory_list", args=[slug]) if has_page("dashboard:trajectory_list") else ""
+    context.update(live_update=True, panels=run_panels(metric_names(run)),
+                   step_url=f"{trajectories}?run={run.pk}" if trajectories else "")
+    return render(request, "dashboard/runs/_live.html", context)
 
 
 def _run_action(request: HttpRequest, slug: str, run_id: int, action, done: str) -> HttpResponse:
