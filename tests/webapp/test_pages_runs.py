@@ -43,6 +43,18 @@ def test_the_table_lists_runs_with_headline_metrics_and_escapes_names(client, pr
     assert "unknown sort" in bad
 
 
+def test_the_runs_table_says_words_in_its_sort_menu_and_names_each_column_once(client, project_team, runs):
+    from webapp.runs.selectors import RUN_SORT_LABELS, RUN_SORTS
+
+    assert RUN_SORT_LABELS.keys() == RUN_SORTS.keys()
+    client.force_login(project_team["viewer"])
+    body = client.get(f"/p/{project_team['project'].slug}/runs/?sort=-name").content.decode()
+    assert '<option value="-name" selected>name, Z to A</option>' in body
+    assert ">-created<" not in body and '<option value="-created">newest first</option>' in body
+    assert body.count("<th>Reward</th>") + body.count('<th class="num">Reward</th>') == 1
+    assert "Reward curve</th>" in body
+
+
 def test_the_run_page_has_panels_for_what_was_recorded_and_escapes_the_log(client, project_team, runs):
     client.force_login(project_team["viewer"])
     slug = project_team["project"].slug

@@ -44,6 +44,11 @@ RUN_SORTS: dict[str, list[str]] = {
     "-kind": ["-kind"],
 }
 DEFAULT_RUN_SORT = "-created"
+RUN_SORT_LABELS: dict[str, str] = {
+    "-created": "newest first", "created": "oldest first", "name": "name, A to Z", "-name": "name, Z to A",
+    "status": "status, A to Z", "-status": "status, Z to A", "kind": "kind, A to Z", "-kind": "kind, Z to A",
+}
+"""What the sort menu says for each ?sort= value (the URL keeps the short value)."""
 
 
 def run_list(

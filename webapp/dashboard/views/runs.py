@@ -21,7 +21,7 @@ from webapp.runs.models import ACTIVE_JOB_STATES, Run, RunKind, RunStatus
 from webapp.runs.selectors import (
     DEFAULT_RUN_SORT,
     HEADLINE_METRICS,
-    RUN_SORTS,
+    RUN_SORT_LABELS,
     metric_best,
     metric_latest,
     metric_names,
@@ -143,7 +143,7 @@ def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     rows = [{"run": run, "headline": [headline.get(run.pk, {}).get(h.key) for h in HEADLINE_METRICS],
              "sparkline": json.dumps(sparklines.get(run.pk, [])), "job": jobs.get(run.pk)} for run in runs]
     context = {
-        "project": project, "rows": rows, "page": page, "filters": filters, "sort": sort, "sorts": RUN_SORTS,
+        "project": project, "rows": rows, "page": page, "filters": filters, "sort": sort, "sorts": RUN_SORT_LABELS,
         "filter_error": error, "query": query_without_after(request), "headlines": HEADLINE_METRICS,
         "kinds": RunKind.choices, "statuses": RunStatus.choices, "can_edit": has_role(request.user, project, Role.EDITOR),
         "new_run_url": reverse("dashboard:run_new", args=[slug]) if has_page("dashboard:run_new") else None,
