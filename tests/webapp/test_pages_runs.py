@@ -135,3 +135,33 @@ def test_config_rows_flag_differences_and_missing_keys():
     rows = {r["key"]: r for r in config_rows([{"lr": 1, "seed": 2}, {"lr": 2, "seed": 2, "beta": 0.1}])}
     assert rows["lr"]["differs"] and not rows["seed"]["differs"]
     assert rows["beta"]["values"] == ["—", "0.1"] and rows["beta"]["differs"]
+
+
+def test_best_follows_each_metrics_direction(project_team):
+    """The best loss is the lowest, the best success the highest; the learning rate has none."""
+    from webapp.runs.metric_direction import metric_direction
+    from webapp.runs.selectors import metric_best
+
+    project, owner = project_team["project"], project_team["owner"]
+    model = ModelSpec.objects.create(project=project, name="tiny2", hf_id="x/tiny")
+    run, job = run_create(project=project, name="directions", kind="grpo", config={}, actor=owner, model=model)
+    claimed = js.job_claim(job_id=job.pk, worker="w")
+    EventIngestor(run, attempt=claimed.attempt).ingest([
+        {"type": "metric", "step": s, "split": "train",
+         "metrics": {"loss": [0.9, 0.2, 0.5][s - 1], "reward": [0.1, 0.6, 0.3][s - 1], "lr": 1e-4,
+                     "timing/step": [3.0, 1.0, 2.0][s - 1]}} for s in (1, 2, 3)])
+    best = metric_best(run)
+    assert best[("train", "loss")] == pytest.approx(0.2) and best[("train", "timing/step")] == 1.0
+    assert best[("train", "reward")] == pytest.approx(0.6)
+    assert best[("train", "lr")] is None
+    assert [metric_direction(n) for n in ("kl", "latency_p95", "unsafe_action_rate", "grad_norm",
+                                          "success_rate", "pass@4", "entropy")] == [
+        "min", "min", "min", "min", "max", "max", None]
+
+
+def test_compare_says_which_way_is_better(client, project_team, runs):
+    client.force_login(project_team["viewer"])
+    ids = ",".join(str(r.pk) for r in runs)
+    body = client.get(f"/p/{project_team['project'].slug}/runs/compare/?ids={ids}").content.decode()
+    assert "↑ higher is better" in body  # reward
+    assert body.count("lower is better") == 0  # nothing loss-like recorded in these runs

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from webapp.api.pagination import Page, keyset_page
 from webapp.projects.models import Project
+from webapp.runs.metric_direction import metric_direction
 from webapp.runs.models import Checkpoint, Job, JobState, MetricPoint, Run
 from webapp.runs.series import DEFAULT_BUCKETS, downsample
 
@@ -359,10 +360,18 @@ def run_sparklines(runs: Iterable[Run], *, split: str = "train", name: str = "re
     return {run_id: [value for _, value in sorted(line)] for run_id, line in lines.items()}
 
 
-def metric_best(run: Run) -> dict[tuple[str, str], float]:
-    """The highest value the run reached for each (split, name), in one aggregate query."""
-    rows = MetricPoint.objects.filter(run=run).values("split", "name").annotate(best=Max("value"))
-    return {(row["split"], row["name"]): row["best"] for row in rows}
+def metric_best(run: Run) -> dict[tuple[str, str], float | None]:
+    """The best value the run reached for each (split, name), in one aggregate query.
+
+    Best is the minimum of a loss-like metric and the maximum of a success-like one
+    (metric_direction); None for a metric without a better direction (the learning rate).
+    """
+    rows = MetricPoint.objects.filter(run=run).values("split", "name").annotate(high=Max("value"), low=Min("value"))
+    best: dict[tuple[str, str], float | None] = {}
+    for row in rows:
+        direction = metric_direction(row["name"])
+        best[(row["split"], row["name"])] = {"max": row["high"], "min": row["low"]}.get(direction or "")
+    return best
 
 
 def run_latest_jobs(runs: Iterable[Run]) -> dict[int, Job]:

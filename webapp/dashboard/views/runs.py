@@ -17,6 +17,7 @@ from webapp.dashboard.views.common import breadcrumbs_for, has_page, query_witho
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, has_role
 from webapp.projects.models import Role
 from webapp.runs.job_selectors import job_placement_problem
+from webapp.runs.metric_direction import metric_direction
 from webapp.runs.models import ACTIVE_JOB_STATES, Run, RunKind, RunStatus
 from webapp.runs.selectors import (
     DEFAULT_RUN_SORT,
@@ -266,8 +267,9 @@ def run_compare_page(request: HttpRequest, slug: str) -> HttpResponse:
     recorded = sorted({pair for run in runs for pair in metric_names(run)})
     latest = {run.pk: {(m.split, m.name): m.value for m in metric_latest(run)} for run in runs}
     best = {run.pk: metric_best(run) for run in runs}
-    summary = [{"split": split, "name": name, "cells": [(latest[r.pk].get((split, name)), best[r.pk].get((split, name)))
-                                                         for r in runs]} for split, name in recorded]
+    summary = [{"split": split, "name": name, "direction": metric_direction(name),
+                "cells": [(latest[r.pk].get((split, name)), best[r.pk].get((split, name))) for r in runs]}
+               for split, name in recorded]
     context = {
         "project": project, "runs": runs, "ids": ",".join(map(str, ids)), "too_few": len(runs) < 2,
         "panels": run_panels(recorded), "config_rows": config_rows([run.config for run in runs]),
