@@ -32,8 +32,10 @@ from training.distributed import (
     SINGLE,
     Rendezvous,
     World,
+    PEER_LOST,
     clear_ranks,
     die_with_parent,
+    is_peer_failure,
     join_world,
     launch,
     launched_by_torchrun,
@@ -148,8 +150,10 @@ def _run_rank(config: str, run_dir: Path) -> int:
         return 0
     except Exception as exc:  # the launcher turns this into the run's error event
         message = _error_message(exc)
-        write_rank_error(run_dir, _rank_from_environment(world), message)
-        if events is not None and world.is_main:
+        peer_lost = world.parallel and is_peer_failure(exc)
+        write_rank_error(run_dir, _rank_from_environment(world), message, peer_lost=peer_lost)
+        if events is not None and world.is_main and not peer_lost:
+            # A lost peer is a symptom: the launcher names the rank that died instead.
             events.error(message, traceback=traceback.format_exc())
         print(f"error (rank {_rank_from_environment(world).rank}): {message}", file=sys.stderr)
         return 1
@@ -190,14 +194,22 @@ def _ended_since(log: Path, offset: int) -> bool:
 
 
 def _ranks_failure_message(run_dir: Path, status: int, size: int) -> str:
+    """The run's error: the first rank's own failure, else the rank that died without one.
+
+    Ranks whose collective only lost a peer are symptoms, reported after the cause.
+    """
     errors = rank_errors(run_dir)
-    if errors:
-        rank = min(errors)
-        return f"rank {rank} of {size} failed: {errors[rank]}"
+    causes = {rank: text for rank, text in errors.items() if not text.startswith(PEER_LOST)}
+    if causes:
+        rank = min(causes)
+        return f"rank {rank} of {size} failed: {causes[rank]}"
+    silent = sorted(set(range(size)) - set(errors))
+    # Only when every other rank reported losing its peer is the silent one known to be the cause.
+    who = f"rank {silent[0]} of this {size}-process job" if len(silent) == 1 else f"a process of this {size}-process job"
+    lost = f" (rank {', '.join(map(str, sorted(errors)))} then lost it)" if errors else ""
     return (
-        f"a training process of this {size}-process job ended without an error message (killed, "
-        f"or out of memory?); torchrun stopped the others and exited with status {status}. "
-        "The worker log has torchrun's report of which rank ended and how."
+        f"{who} ended without an error message (killed, or out of memory?){lost}; torchrun stopped the "
+        f"others and exited with status {status}. The worker log has torchrun's report of how it ended."
     )
 
 

@@ -252,10 +252,26 @@ def write_heartbeat(run_dir: str | Path, world: World, device: torch.device, ste
     os.replace(tmp, folder / f"rank-{world.rank}.json")
 
 
-def write_rank_error(run_dir: str | Path, world: World, message: str) -> None:
+PEER_LOST = "[peer lost] "
+"""Marks a rank error that only reports another rank's death (its collective lost the peer)."""
+
+_PEER_FAILURE_SIGNS = ("Connection closed by peer", "Connection reset by peer", "gloo/transport", "NCCL",
+                       "Broken pipe", "recvBytes", "Read error")
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    """Whether `exc` is a collective failing because another rank went away (not this rank's fault)."""
+    dist_error = getattr(torch.distributed, "DistError", None)
+    if dist_error is not None and isinstance(exc, dist_error):
+        return True
+    return isinstance(exc, RuntimeError) and any(sign in str(exc) for sign in _PEER_FAILURE_SIGNS)
+
+
+def write_rank_error(run_dir: str | Path, world: World, message: str, *, peer_lost: bool = False) -> None:
     folder = ranks_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"rank-{world.rank}.error").write_text(message, encoding="utf-8")
+    text = f"{PEER_LOST}{message}" if peer_lost else message
+    (folder / f"rank-{world.rank}.error").write_text(text, encoding="utf-8")
 
 
 def read_heartbeats(run_dir: str | Path) -> list[dict[str, Any]]:

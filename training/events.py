@@ -283,10 +283,12 @@ class EventWriter:
             "checkpoint", step=step, path=path, kind=kind, content_hash=content_hash, **extra
         )
 
-    def progress(self, step: int, total: int) -> dict[str, Any]:
-        return self.emit(
-            "progress", step=step, total=total, fraction=step / total if total else 0.0
-        )
+    def progress(self, step: int, total: int, fraction: float | None = None) -> dict[str, Any]:
+        """How far the job is: step of total, and the fraction of its work done (default step /
+        total; a training job passes one that counts its evaluations too, training/runner.py)."""
+        if fraction is None:
+            fraction = step / total if total else 0.0
+        return self.emit("progress", step=step, total=total, fraction=min(1.0, max(0.0, float(fraction))))
 
     def log(self, message: str, level: str = "info") -> dict[str, Any]:
         return self.emit("log", message=message, level=level)

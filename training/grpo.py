@@ -52,6 +52,7 @@ from training.distributed import seed_for
 from training.runner import (
     MAX_GRAD_NORM,
     Job,
+    JobProgress,
     checkpoint_due,
     make_optimizer,
     micro_batch_rng,
@@ -301,6 +302,7 @@ class GRPOTrainer:
         self.optimizer, self.scheduler = make_optimizer(job, cfg.max_steps)
         self.pad_id = padding_id(job.tokenizer, job.model)
         self.validation: dict[int, dict[str, Any]] = {}
+        self.progress = JobProgress(job, cfg.max_steps, 0, cfg.num_prompts_per_step * self.group_size)
 
     # --- generation ---------------------------------------------------------------------
 
@@ -556,7 +558,9 @@ class GRPOTrainer:
 
     def validate(self, step: int) -> dict[str, Any]:
         self.job.model.eval()
-        metrics = evaluate_job(self.job, self.job.data.split(self.cfg.eval_split), step=step, split=self.cfg.eval_split)
+        tasks = self.job.data.split(self.cfg.eval_split)
+        with self.progress.evaluation(len(tasks)) as report:
+            metrics = evaluate_job(self.job, tasks, step=step, split=self.cfg.eval_split, progress=report)
         self.validation[step] = metrics
         return metrics
 
@@ -569,6 +573,9 @@ class GRPOTrainer:
     def run(self) -> dict[str, Any]:
         job, cfg = self.job, self.cfg
         start = resume(job, self.optimizer, self.scheduler)
+        target = _held_out_target(job, cfg.held_out_eval) if cfg.held_out_eval else None
+        self.progress = JobProgress(job, cfg.max_steps, start, cfg.num_prompts_per_step * self.group_size,
+                                    held_out_tasks=len(job.data.split(target[0])) if target else 0)
         if start == 0 and cfg.eval_interval > 0:
             self.validate(0)
         progress = _ProgressBar(cfg.max_steps, start, shown=job.world.is_main)
@@ -579,10 +586,10 @@ class GRPOTrainer:
                 self.validate(step)
             if checkpoint_due(cfg, step, cfg.max_steps):
                 self.checkpoint(step, metrics)
-            job.events.progress(step, cfg.max_steps)
+            self.progress.step_done(step)
             progress.update(step, metrics)
         progress.close()
-        held_out = held_out_eval(job, cfg.max_steps)
+        held_out = held_out_eval(job, cfg.max_steps, self.progress)
         return {"step": cfg.max_steps, "metrics": {**metrics, **held_out}}
 
 
@@ -632,7 +639,7 @@ def _held_out_target(job: Job, name: str) -> tuple[str, Verifier] | None:
     return None
 
 
-def held_out_eval(job: Job, step: int) -> dict[str, Any]:
+def held_out_eval(job: Job, step: int, progress: JobProgress | None = None) -> dict[str, Any]:
     """Measure the held-out set once after training, when the dataset has it."""
     name = job.cfg.held_out_eval
     if not name:
@@ -649,7 +656,12 @@ def held_out_eval(job: Job, step: int) -> dict[str, Any]:
     job.model.eval()
     trained_verifier, job.verifier = job.verifier, verifier
     try:
-        metrics = evaluate_job(job, job.data.split(split), step=step, split=split)
+        tasks = job.data.split(split)
+        if progress is None:
+            metrics = evaluate_job(job, tasks, step=step, split=split)
+        else:
+            with progress.evaluation(len(tasks)) as report:
+                metrics = evaluate_job(job, tasks, step=step, split=split, progress=report)
     finally:
         job.verifier = trained_verifier
     return prefixed(metrics, split)

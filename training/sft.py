@@ -36,6 +36,7 @@ from training.prompts import ChatFormat, clip_prompt
 from training.runner import (
     MAX_GRAD_NORM,
     Job,
+    JobProgress,
     checkpoint_due,
     make_optimizer,
     micro_batch_rng,
@@ -220,9 +221,11 @@ def run_supervised(job: Job, items: Sequence[Any], micro_loss: MicroLoss) -> dic
     def validate(step: int) -> None:
         job.model.eval()
         tasks = job.data.split(cfg.eval_split)
-        validation[step] = evaluate_job(job, tasks, step=step, split=cfg.eval_split)
+        with tracker.evaluation(len(tasks)) as report:
+            validation[step] = evaluate_job(job, tasks, step=step, split=cfg.eval_split, progress=report)
 
     start = resume(job, optimizer, scheduler)
+    tracker = JobProgress(job, total, start, per_step)
     job.events.log(f"{cfg.kind}: {len(items)} examples, {total} optimizer steps")
     if start == 0 and cfg.eval_interval > 0:
         validate(0)
@@ -280,7 +283,7 @@ def run_supervised(job: Job, items: Sequence[Any], micro_loss: MicroLoss) -> dic
             if step in validation:
                 checkpoint_metrics.update(prefixed(validation[step], "validation"))
             save_checkpoint(job, step, optimizer, scheduler, checkpoint_metrics)
-        job.events.progress(step, total)
+        tracker.step_done(step)
         success = validation.get(step, {}).get("success_rate")
         progress.update(step, {**metrics, **({"reward": success} if success is not None else {})})
     progress.close()

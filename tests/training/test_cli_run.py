@@ -59,8 +59,13 @@ def test_grpo_then_eval_of_its_checkpoint_from_the_command_line(tiny_model_dir, 
     assert [e["step"] for e in validation] == [0, 2]
     checkpoints = [e for e in events if e["type"] == "checkpoint"]
     assert [c["step"] for c in checkpoints] == [1, 2] and checkpoints[-1]["kind"] == "adapter"
-    progress = [e["step"] for e in events if e["type"] == "progress"]
-    assert progress == [1, 2]
+    # progress moves during the evaluations too (the step-0 validation is not 0% throughout),
+    # never goes back, and ends at 1
+    progress = [e for e in events if e["type"] == "progress"]
+    fractions = [e["fraction"] for e in progress]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert any(e["step"] == 0 and e["fraction"] > 0 for e in progress)
+    assert {e["step"] for e in progress} == {0, 1, 2}
 
     evaluation = _config(tmp_path / "eval.json", kind="eval",
                          init_checkpoint=checkpoints[-1]["path"], **common)

@@ -249,8 +249,10 @@ def test_a_killed_rank_fails_the_job_with_a_clear_error_and_the_retry_resumes(co
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     errors = [e for e in _events(out) if e["type"] == "error"]
-    assert len(errors) == 1 and "ended without an error message" in errors[0]["message"]
-    assert "2-process job" in errors[0]["message"]
+    assert len(errors) == 1, errors
+    # rank 0 either reported losing its peer (then rank 1 is named) or was stopped first
+    assert errors[0]["message"].startswith(("rank 1 of this 2-process job ended without an error message",
+                                            "a process of this 2-process job ended without an error message"))
     # no rank is left behind
     for beat in read_heartbeats(out):
         with pytest.raises(ProcessLookupError):
@@ -306,6 +308,9 @@ def test_a_rank_that_raised_is_named_in_the_runs_error(tmp_path):
     from training.distributed import World, clear_ranks, write_rank_error
 
     assert "ended without an error message" in _ranks_failure_message(tmp_path, 1, 2)
+    write_rank_error(tmp_path, World(rank=0, size=2), "Connection closed by peer", peer_lost=True)
+    message = _ranks_failure_message(tmp_path, 1, 2)
+    assert message.startswith("rank 1 of this 2-process job ended without an error message") and "rank 0 then" in message
     write_rank_error(tmp_path, World(rank=1, size=2), "CUDA out of memory")
     assert _ranks_failure_message(tmp_path, 1, 2) == "rank 1 of 2 failed: CUDA out of memory"
     clear_ranks(tmp_path)
