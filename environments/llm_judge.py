@@ -15,7 +15,12 @@ operator decides what the judge may reach and send.
 
 - Credentials: `api_key_env` names a judge key, an environment variable under the prefix
   CRUCIBLE_JUDGE_KEY_ (the config gives NAME or CRUCIBLE_JUDGE_KEY_NAME), never any other
-  variable, so no config can send SECRET_KEY or DATABASE_URL to an endpoint it chose.
+  variable, so no config can send SECRET_KEY or DATABASE_URL to an endpoint it chose. Or
+  `api_key_secret` names a secret an owner stored in the verifier's project; its value comes
+  from a `secrets` lookup the caller passes (the web app: the project's encrypted secrets), and
+  without one from CRUCIBLE_JUDGE_SECRET_<NAME>, which a worker sets for the training process of
+  that project's run only. The lookup runs when the judge is called, so a deleted secret sends
+  nothing.
 - SSRF: base_url must pass the operator's allowlist (CRUCIBLE_JUDGE_ALLOWED_HOSTS); loopback
   only with CRUCIBLE_JUDGE_ALLOW_LOOPBACK; link-local and cloud metadata never; other non-public
   addresses only inside a listed network. The host is resolved at request time, every address
@@ -54,6 +59,8 @@ FENCED_JSON = re.compile(r"\A```(?:json)?\s*\n(.*)\n\s*```\Z", re.DOTALL)
 HOST_LABEL = re.compile(r"\A[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\Z")
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]  # noqa: UP007 - a runtime alias
 KEY_PREFIX = "CRUCIBLE_JUDGE_KEY_"
+SECRET_PREFIX = "CRUCIBLE_JUDGE_SECRET_"
+SECRET_NAME = re.compile(r"\A[A-Za-z][A-Za-z0-9_]{0,63}\Z")
 ALLOWED_HOSTS_VAR = "CRUCIBLE_JUDGE_ALLOWED_HOSTS"
 ALLOW_LOOPBACK_VAR = "CRUCIBLE_JUDGE_ALLOW_LOOPBACK"
 MAX_SECONDS_VAR = "CRUCIBLE_JUDGE_MAX_SECONDS"
@@ -306,6 +313,22 @@ class Target:
 
 
 _policy_source: Callable[[], JudgePolicy] = JudgePolicy.from_environ
+SecretLookup = Callable[[str], Union[str, None]]  # noqa: UP007 - a runtime alias
+
+
+def environ_secret(name: str) -> str | None:
+    """A project secret as a training process gets it: CRUCIBLE_JUDGE_SECRET_<NAME>, set by its worker."""
+    return os.environ.get(SECRET_PREFIX + name) or None
+
+
+_secret_source: SecretLookup = environ_secret
+
+
+def use_secret_source(source: SecretLookup | None) -> None:
+    """The lookup a judge built without `secrets` uses; the web app installs one that finds nothing,
+    so only a verifier built for its own project (with that project's lookup) can read a secret."""
+    global _secret_source
+    _secret_source = source or environ_secret
 
 
 def use_policy_source(source: Callable[[], JudgePolicy] | None) -> None:
@@ -355,6 +378,13 @@ class LLMJudgeVerifier(Verifier):
                 "variable CRUCIBLE_JUDGE_KEY_<NAME>: give NAME), never the key itself and never "
                 "another variable. Omit for servers without auth.",
             },
+            "api_key_secret": {
+                "type": "string",
+                "pattern": "^[A-Za-z][A-Za-z0-9_]{0,63}$",
+                "description": "Name of a judge secret an owner stored in this project (Settings, Judge "
+                "secrets), sent as the bearer token; the value is never shown. Give this or api_key_env, "
+                "not both.",
+            },
             "timeout_seconds": {
                 "type": "number",
                 "exclusiveMinimum": 0,
@@ -368,9 +398,11 @@ class LLMJudgeVerifier(Verifier):
         "additionalProperties": False,
     }
 
-    def __init__(self, config: dict[str, Any] | None = None, *, policy: JudgePolicy | None = None) -> None:
+    def __init__(self, config: dict[str, Any] | None = None, *, policy: JudgePolicy | None = None,
+                 secrets: SecretLookup | None = None) -> None:
         super().__init__(config)
         self.policy = policy if policy is not None else current_policy()
+        self.secrets = secrets if secrets is not None else _secret_source
         base_url = str(self.config.get("base_url", ""))
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.target = self.policy.target(self.url)  # PolicyError is a ValueError: a config error
@@ -394,6 +426,13 @@ class LLMJudgeVerifier(Verifier):
         self.api_key_env = self.config.get("api_key_env")
         if self.api_key_env:
             self.policy.key_variable(str(self.api_key_env))
+        self.api_key_secret = self.config.get("api_key_secret")
+        if self.api_key_env and self.api_key_secret:
+            raise ValueError("give api_key_env (an operator's judge key) or api_key_secret (a project secret), "
+                             "not both")
+        if self.api_key_secret and not SECRET_NAME.match(str(self.api_key_secret)):
+            raise ValueError(f"api_key_secret {str(self.api_key_secret)[:80]!r} is not a secret name "
+                             "(a letter, then letters, digits or _; at most 64)")
         self.timeout = min(float(self.config.get("timeout_seconds", 60)), self.policy.max_seconds)
 
     def verify(self, task: Task, trajectory: Trajectory) -> VerifyResult:
@@ -439,7 +478,21 @@ class LLMJudgeVerifier(Verifier):
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key_env:
             headers["Authorization"] = f"Bearer {self.policy.api_key(str(self.api_key_env))}"
+        elif self.api_key_secret:
+            headers["Authorization"] = f"Bearer {self._secret_value(str(self.api_key_secret))}"
         return headers
+
+    def _secret_value(self, name: str) -> str:
+        """The project secret's value now; a missing one is an error that sends nothing."""
+        value = self.secrets(name)
+        if not value:
+            raise JudgeError(
+                "missing_api_key",
+                f"the project secret {name!r} that api_key_secret names is not set in this project (deleted, or "
+                "never set here): an owner sets it on the project's Settings page (Judge secrets), or save a new "
+                "version of this verifier naming a secret that exists; nothing was sent to the judge",
+            )
+        return value
 
     def _ask(self, body: dict[str, Any]) -> str:
         """POST the chat request to a checked address and return the judge's message text.

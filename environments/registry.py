@@ -128,14 +128,17 @@ def validate_config(schema: dict[str, Any] | None, config: dict[str, Any]) -> No
         raise ConfigError(_config_problem(error))
 
 
-def get_verifier(name: str, config: dict[str, Any] | None = None) -> Verifier:
-    """A configured verifier; ConfigError if the config does not fit its schema."""
+def get_verifier(name: str, config: dict[str, Any] | None = None, **options: Any) -> Verifier:
+    """A configured verifier; ConfigError if the config does not fit its schema.
+
+    `options` go to the verifier's constructor (llm_judge's `secrets`: how its project's secrets are read).
+    """
     name = canonical_verifier_name(name)
     cls = _resolve("verifier", VERIFIERS, name)
     config = {} if config is None else config
     validate_config(getattr(cls, "config_schema", None), config)
     try:
-        return cls(config)
+        return cls(config, **options)
     except ValueError as exc:  # semantic checks the schema cannot express
         raise ConfigError(f"verifier {name!r}: {exc}") from exc
 

@@ -13,7 +13,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from workers import registration  # noqa: F401  (connects the worker registration signals)
+from workers import import_jobs, registration  # noqa: F401  (registration's signals; the run_import job handler)
 
 logger = logging.getLogger(__name__)
 

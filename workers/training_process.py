@@ -27,6 +27,7 @@ from django.conf import settings
 from webapp.runs.models import Run
 from webapp.runs.services.ingest import EventIngestor, discard_superseded_rows
 from webapp.runs.services.run_config import run_process_config
+from webapp.verifiers.judge import run_judge_environ
 from workers.registration import detect_gpus
 from workers.runner import JobContext, handler, worker_name
 
@@ -90,7 +91,8 @@ def run_training_process(ctx: JobContext) -> None:
     with open(stderr_path, "wb") as stderr:
         proc = subprocess.Popen(
             _training_command(config_path, run_dir), cwd=settings.BASE_DIR, stdout=stderr, stderr=subprocess.STDOUT,
-            env={**os.environ, "CRUCIBLE_JOB_ATTEMPT": str(ctx.attempt), "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **run_judge_environ(run), "CRUCIBLE_JOB_ATTEMPT": str(ctx.attempt),
+                 "PYTHONUNBUFFERED": "1"},
             start_new_session=True, preexec_fn=_die_with_parent,
         )
         ctx.log(f"started training process {proc.pid} in {run_dir}")

@@ -241,7 +241,7 @@ def create_verifier(request, slug: str, body: VerifierIn):
         return _field_errors({"kind": f"Choose one of {', '.join(kinds)}."})
     if Verifier.objects.filter(project=project, name=body.name).exists():
         return _field_errors({"name": str(VerifierNameTaken(body.name))})
-    problems = config_form.config_problems(body.kind, body.config)
+    problems = config_form.config_problems(body.kind, body.config, project)
     if problems:
         return _field_errors({f"config.{k}" if k else "config": v for k, v in problems.items()})
     try:
@@ -275,7 +275,7 @@ def create_version(request, verifier_id: RowId, body: VersionIn):
     """Save a config as a new version (201), validated against the kind's JSON schema; errors by config path
     (422). The unchanged config answers the existing latest version (200). Editors and owners."""
     verifier = _verifier_for(request, verifier_id, Role.EDITOR)
-    problems = config_form.config_problems(verifier.kind, body.config)
+    problems = config_form.config_problems(verifier.kind, body.config, verifier.project)
     if problems:
         return _field_errors({f"config.{k}" if k else "config": v for k, v in problems.items()})
     latest = verifier.latest_version

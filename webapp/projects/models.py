@@ -124,3 +124,31 @@ class UserPreference(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} ({self.theme})"
+
+
+class ProjectSecret(models.Model):
+    """A credential an owner stored for this project's judges (llm_judge `api_key_secret`).
+
+    Only the ciphertext is stored (Fernet, keyed from SECRET_KEY: webapp/projects/secrets.py), so a
+    database dump alone does not reveal it; no page, API answer, audit entry or export ever holds
+    the value. Members reference it by name; only owners set, replace or delete it.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="secrets")
+    name = models.CharField(max_length=64)
+    ciphertext = models.TextField()
+    set_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                               related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(default=timezone.now, help_text="When the value was last set.")
+    last_used_at = models.DateTimeField(null=True, blank=True, help_text="When a judge last sent it.")
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="uniq_project_secret_name")]
+
+    def __str__(self) -> str:
+        return f"secret {self.name} of {self.project_id}"
+
+    def __repr__(self) -> str:  # never the ciphertext either
+        return f"<ProjectSecret {self.pk} {self.name!r}>"

@@ -197,7 +197,7 @@ def _set_path(config: dict[str, Any], path: str, value: Any) -> None:
     target[last] = value
 
 
-def config_from_post(kind: str, data) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+def config_from_post(kind: str, data, project=None) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
     """(config, errors by config path, raw values typed) from a submitted form (schema checked too)."""
     fields = config_fields(kind)
     config: dict[str, Any] = {}
@@ -223,12 +223,15 @@ def config_from_post(kind: str, data) -> tuple[dict[str, Any], dict[str, str], d
         except FieldProblem as exc:
             errors[spec.name] = f"{str(exc)[:1].upper()}{str(exc)[1:]}."
     if not errors:
-        errors = config_problems(kind, config)
+        errors = config_problems(kind, config, project)
     return config, errors, raw_values
 
 
-def config_problems(kind: str, config: Any) -> dict[str, str]:
-    """Every schema error by config path ('' for the config as a whole), then the verifier's own checks."""
+def config_problems(kind: str, config: Any, project=None) -> dict[str, str]:
+    """Every schema error by config path ('' for the config as a whole), then the verifier's own checks.
+
+    `project`: the verifier's project, whose secrets a judge's api_key_secret may name.
+    """
     if not isinstance(config, dict):
         return {"": "The config must be a JSON object."}
     reason = json_problem(config)
@@ -256,11 +259,11 @@ def config_problems(kind: str, config: Any) -> dict[str, str]:
     if errors:
         return errors
     if canonical_verifier_name(kind) == JUDGE_KIND:
-        errors = judge_config_problems(config)
+        errors = judge_config_problems(config, project)
         if errors:
             return errors
     try:
-        validate_verifier_config(kind, config)
+        validate_verifier_config(kind, config, project)
     except (ConfigError, RegistryError) as exc:
         return {"": str(exc)}
     return {}

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from environments.parsing import calls_from_trajectory
-from environments.registry import get_verifier
 from environments.types import Task as EnvTask
 from environments.types import ToolSpec, VerifyResult
 from environments.types import Trajectory as EnvTrajectory
@@ -39,6 +38,7 @@ from webapp.trajectories.timeline import (
     state_diff_rows,
     turn_timeline,
 )
+from webapp.verifiers.judge import build_verifier
 from webapp.verifiers.models import VerifierVersion
 
 MAX_OUTPUT_CHARS = 200_000
@@ -208,10 +208,14 @@ def _plain(value: Any) -> Any:
         return {"note": "the verifier's info held NaN or infinite numbers"}
 
 
-def run_verifier(kind: str, config: dict[str, Any], task: EnvTask, trajectory: EnvTrajectory) -> VerifyResult:
-    """The verdict; anything that goes wrong is a verifier error with no reward (as verify_one does)."""
+def run_verifier(kind: str, config: dict[str, Any], task: EnvTask, trajectory: EnvTrajectory, *,
+                 project) -> VerifyResult:
+    """The verdict; anything that goes wrong is a verifier error with no reward (as verify_one does).
+
+    `project`: whose secrets a judge may send (the verifier's own project, never the caller's choice).
+    """
     try:
-        return get_verifier(kind, config).verify(task, trajectory)
+        return build_verifier(kind, config, project=project).verify(task, trajectory)
     except Exception as exc:  # a verifier bug must answer as an error, not a 500 and never a 0
         return VerifyResult.failure(f"{type(exc).__name__}: {exc}")
 
@@ -219,7 +223,7 @@ def run_verifier(kind: str, config: dict[str, Any], task: EnvTask, trajectory: E
 def score_output(version: VerifierVersion, task: EnvTask, trajectory: EnvTrajectory) -> PlaygroundResult:
     kind = version.verifier.kind
     started = time.monotonic()
-    result = run_verifier(kind, version.config, task, trajectory)
+    result = run_verifier(kind, version.config, task, trajectory, project=version.verifier.project)
     duration = (time.monotonic() - started) * 1000
     if result.error is not None:
         result.reward = None  # an error never carries a reward

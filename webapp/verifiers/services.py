@@ -24,17 +24,18 @@ class VerifierNameTaken(ValueError):
         super().__init__(f"This project already has a verifier named {name!r}: add a version to it instead.")
 
 
-def validate_verifier_config(kind: str, config: dict) -> str:
+def validate_verifier_config(kind: str, config: dict, project: Project | None = None) -> str:
     """Check the config against the registry's schema; returns the built-in verifier's version.
 
     An llm_judge config must also pass the operator's policy here (host and judge key), so no
-    write path can store a judge that points at an internal address or names a server secret.
+    write path can store a judge that points at an internal address or names a server secret;
+    with `project`, a judge's `api_key_secret` must name a secret that project has.
     """
     from environments.registry import ConfigError, canonical_verifier_name, get_verifier
     from webapp.verifiers.judge import JUDGE_KIND, judge_config_problems
 
     if canonical_verifier_name(kind) == JUDGE_KIND and isinstance(config, dict):
-        problems = judge_config_problems(config)
+        problems = judge_config_problems(config, project)
         if problems:
             raise ConfigError("; ".join(f"{key}: {message}" for key, message in problems.items()))
     return get_verifier(kind, config).version
@@ -43,7 +44,7 @@ def validate_verifier_config(kind: str, config: dict) -> str:
 @transaction.atomic
 def verifier_create(*, project: Project, name: str, kind: str, config: dict, actor, description: str = "") -> Verifier:
     """A verifier and its v1; VerifierNameTaken when the name is in use, also when a concurrent request won."""
-    kind_version = validate_verifier_config(kind, config)
+    kind_version = validate_verifier_config(kind, config, project)
     try:
         with transaction.atomic():  # a savepoint: the unique name decides a race, not the check before it
             verifier = Verifier.objects.create(project=project, name=name, kind=kind, description=description)
@@ -62,7 +63,7 @@ def verifier_update_config(*, verifier: Verifier, config: dict, actor) -> Verifi
     latest = verifier.latest_version
     if latest is not None and latest.content_hash == config_hash(verifier.kind, config):
         return latest
-    kind_version = validate_verifier_config(verifier.kind, config)
+    kind_version = validate_verifier_config(verifier.kind, config, verifier.project)
     return _add_version(verifier, config, kind_version, actor)
 
 

@@ -4,11 +4,14 @@ Editors only. The upload's size is bounded before it is read (the request's Cont
 then an upload handler that stops counting bytes past the limit); the zip is extracted
 safely into a temporary folder under the data directory by the same service that
 `manage.py import_run` and the API use (webapp/runs/services/run_import.py).
+
+An upload over the inline limit (run_import.inline_max_bytes) is not imported within the
+request, which a web timeout could kill: it is kept and imported by a job, and the form
+redirects to the job's page, which follows its progress and shows the report (a link to the run)
+or the reason it failed.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -18,17 +21,20 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
 from webapp.dashboard.views.common import breadcrumbs_for
-from webapp.projects.access import get_project_or_404
+from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
 from webapp.projects.models import Project, Role
+from webapp.runs.models import FINAL_JOB_STATES, Job, JobState
 from webapp.runs.services import run_import as service
 from webapp.runs.services.run_import import (
+    IMPORT_JOB_KIND,
     NAME_LIMIT,
-    CheckpointSeen,
     ImportReport,
     RunImportError,
-    SkippedLine,
     UploadLimitHandler,
     declared_too_large,
+    inline_max_bytes,
+    job_error_text,
+    run_import_enqueue,
     run_import_zip,
     too_large_message,
 )
@@ -39,6 +45,7 @@ def _render(request: HttpRequest, project: Project, *, errors: dict | None = Non
     context = {
         "project": project, "errors": errors or {}, "report": report, "name": name,
         "limit_mb": round(service.MAX_UPLOAD_BYTES / 1024 ** 2),
+        "inline_mb": f"{inline_max_bytes() / 1024 ** 2:g}",
         "run_url": reverse("dashboard:run_detail", args=[project.slug, report.run_id]) if report else "",
         "breadcrumbs": breadcrumbs_for(project, ("Runs", reverse("dashboard:run_list", args=[project.slug])),
                                        ("Import a run", None)),
@@ -79,6 +86,13 @@ def _import_post(request: HttpRequest, project: Project, limiter: UploadLimitHan
     if errors:
         status = 413 if limiter.exceeded else (400 if "archive" in errors else 422)
         return _render(request, project, errors=errors, name=name[:NAME_LIMIT], status=status)
+    if upload.size > inline_max_bytes():  # too big to finish within a web timeout: a job imports it
+        try:
+            job = run_import_enqueue(project=project, upload=upload, actor=request.user, name=name or None,
+                                     archive_name=upload.name or "upload.zip")
+        finally:
+            upload.close()
+        return redirect("dashboard:run_import_job", slug=project.slug, job_id=job.pk)
     try:
         report = run_import_zip(project=project, archive=upload, actor=request.user, name=name or None,
                                 archive_name=upload.name or "upload.zip")
@@ -99,8 +113,42 @@ def _pop_report(request: HttpRequest, project: Project) -> ImportReport | None:
     held = request.session.pop(IMPORT_REPORT_KEY, None)
     if not isinstance(held, dict) or not project.runs.filter(pk=held.get("run_id")).exists():
         return None
-    known = {f.name for f in dataclasses.fields(ImportReport)}
-    data = {key: value for key, value in held.items() if key in known}
-    data["skipped"] = [SkippedLine(**line) for line in data.get("skipped", [])]
-    data["checkpoints"] = [CheckpointSeen(**seen) for seen in data.get("checkpoints", [])]
-    return ImportReport(**data)
+    return ImportReport.from_dict(held)
+
+
+# ---------------------------------------------------------------------------------------
+# An import job's page
+# ---------------------------------------------------------------------------------------
+
+
+def _job_report(job: Job, project: Project) -> ImportReport | None:
+    held = (job.payload or {}).get("result")
+    if job.state != JobState.SUCCEEDED or not isinstance(held, dict):
+        return None
+    if not project.runs.filter(pk=held.get("run_id")).exists():  # the run was deleted since
+        return None
+    try:
+        return ImportReport.from_dict(held)
+    except TypeError:  # a report of another shape (an older version): the page still answers
+        return None
+
+
+@login_required
+def run_import_job_page(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
+    """Progress of an import job, then its report and the run, or why it failed (polled while active)."""
+    project = get_project_or_404(request.user, slug)
+    job = get_object_or_404_for_user(Job.objects.all(), request.user, pk=job_id, project=project,
+                                     kind=IMPORT_JOB_KIND)
+    report = _job_report(job, project)
+    context = {
+        "project": project, "job": job, "active": job.state not in FINAL_JOB_STATES, "report": report,
+        "error": job_error_text(job), "archive_name": (job.payload or {}).get("archive_name", ""),
+        "log_lines": [line for line in (job.log_tail or "").splitlines() if line.startswith(("read ", "importing "))][-3:],
+        "run_url": reverse("dashboard:run_detail", args=[project.slug, report.run_id]) if report else "",
+        "breadcrumbs": breadcrumbs_for(project, ("Runs", reverse("dashboard:run_list", args=[project.slug])),
+                                       ("Import a run", reverse("dashboard:run_import", args=[project.slug])),
+                                       (f"Import job #{job.pk}", None)),
+    }
+    if request.htmx:
+        return render(request, "dashboard/runs/_import_job_state.html", context)
+    return render(request, "dashboard/runs/import_job.html", context)

@@ -37,6 +37,14 @@ from webapp.api.bounds import text_field_problem
 from webapp.dashboard.views.common import breadcrumbs_for
 from webapp.projects.access import get_project_or_404, has_role, role_in
 from webapp.projects.models import ROLE_RANK, ApiToken, Membership, Project, Role, TokenAccess
+from webapp.projects.secrets import NAME_MAX as SECRET_NAME_MAX
+from webapp.projects.secrets import VALUE_MAX as SECRET_VALUE_MAX
+from webapp.projects.secrets import (
+    SecretError,
+    project_secret_delete,
+    project_secret_rows,
+    project_secret_set,
+)
 from webapp.projects.selectors import project_members
 from webapp.projects.services import (
     PRICE_DECIMAL_PLACES,
@@ -142,7 +150,7 @@ def _render(request: HttpRequest, project: Project, *, status: int = 200, errors
     forms = {"add_username": "", "add_role": Role.VIEWER, "price": price_text(project.price_per_device_hour),
              "token_name": "", "token_access": TokenAccess.READ_WRITE, "token_limit": "all", "token_expires": "never",
              "model_name": "", "model_source": "", "model_gguf_file": "",
-             "model_tool_format": "auto", **(forms or {})}
+             "model_tool_format": "auto", "secret_name": "", **(forms or {})}
     models, more_models = _model_rows(project, (errors or {}).get("model_rows", {}))
     context = {
         "project": project,
@@ -174,6 +182,9 @@ def _render(request: HttpRequest, project: Project, *, status: int = 200, errors
         "token_expiry_days_max": TOKEN_EXPIRY_DAYS_MAX,
         "username_max": USERNAME_MAX,
         "price_text_max": PRICE_TEXT_MAX,
+        "secrets": project_secret_rows(project),
+        "secret_name_max": SECRET_NAME_MAX,
+        "secret_value_max": SECRET_VALUE_MAX,
         "breadcrumbs": breadcrumbs_for(project, ("Settings", None)),
     }
     response = render(request, "dashboard/settings/settings.html", context, status=status)
@@ -394,6 +405,42 @@ def price_set(request: HttpRequest, slug: str) -> HttpResponse:
     else:
         messages.success(request, f"The price per device-hour is now {price_text(price)}.")
     return redirect(_settings_url(slug, "price"))
+
+
+# ---------------------------------------------------------------------------------------
+# Judge secrets (owners set, replace, delete; every member sees the names, nobody the values)
+# ---------------------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+@never_cache
+def secret_set(request: HttpRequest, slug: str) -> HttpResponse:
+    """Store or replace a judge secret. The value is never put back into the page, even beside an error."""
+    project = get_project_or_404(request.user, slug, Role.OWNER)
+    name = request.POST.get("name", "").strip()
+    try:
+        _, created = project_secret_set(project=project, name=name, value=request.POST.get("value", ""),
+                                        actor=request.user)
+    except SecretError as exc:
+        return _render(request, project, status=400, errors={f"secret_{exc.field}": str(exc)},
+                       forms={"secret_name": name[:SECRET_NAME_MAX]})
+    messages.success(request, f"Judge secret {name} {'saved' if created else 'replaced'}: a judge verifier sends it "
+                              f"when its config names api_key_secret \"{name}\".")
+    return redirect(_settings_url(slug, "judge-secrets"))
+
+
+@login_required
+@require_POST
+def secret_delete(request: HttpRequest, slug: str, secret_id: int) -> HttpResponse:
+    project = get_project_or_404(request.user, slug, Role.OWNER)
+    try:
+        name = project_secret_delete(project=project, secret_id=secret_id, actor=request.user)
+    except SecretError:
+        raise Http404("No such secret in this project.") from None
+    messages.success(request, f"Judge secret {name} deleted: judges that name it now fail, sending nothing, until an "
+                              "owner sets it again.")
+    return redirect(_settings_url(slug, "judge-secrets"))
 
 
 # ---------------------------------------------------------------------------------------

@@ -245,7 +245,7 @@ def verifier_new_page(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method != "POST":
         return _render_form(request, project, verifier=None, kind=kind, top=top,
                             values=config_form.initial_values(kind), errors={})
-    config, errors, values = config_form.config_from_post(kind, request.POST)
+    config, errors, values = config_form.config_from_post(kind, request.POST, project)
     name = request.POST.get("name", "").strip()
     if not name or len(name) > 200 or unstorable_text_reason(name):
         errors["name"] = "Give the verifier a name (at most 200 characters, no NUL)."
@@ -283,7 +283,7 @@ def verifier_version_new_page(request: HttpRequest, slug: str, verifier_id: int)
             config_form.initial_values(verifier.kind)
         return _render_form(request, project, verifier=verifier, kind=verifier.kind, top=top, values=values,
                             errors={}, base=base)
-    config, errors, values = config_form.config_from_post(verifier.kind, request.POST)
+    config, errors, values = config_form.config_from_post(verifier.kind, request.POST, project)
     if errors:
         return _render_form(request, project, verifier=verifier, kind=verifier.kind, top=top, values=values,
                             errors=errors, status=422, base=base)

@@ -36,6 +36,7 @@ QUEUE_BY_KIND: dict[str, str] = {
     "export": "rollout",
     "verify": "verify",
     "rescore": "verify",
+    "run_import": "default",
 }
 LOG_TAIL_CHARS = 20_000
 
@@ -199,6 +200,16 @@ def _finish(job_id: int, attempt: int, state: str, *, error: str = "", log_tail:
         job.save(update_fields=["state", "finished_at", "lease_expires_at", "error", "progress", "log_tail", "history"])
         _sync_run_status(job)
     return job
+
+
+def job_record_result(*, job_id: int, attempt: int, result: dict) -> None:
+    """Keep what the attempt produced (an import's report) as payload["result"], for the job's page."""
+    with transaction.atomic():
+        job = _fenced(job_id, attempt).select_for_update().first()
+        if job is None:
+            raise StaleAttempt(f"job {job_id} attempt {attempt} no longer holds the lease")
+        job.payload = {**job.payload, "result": result}
+        job.save(update_fields=["payload"])
 
 
 def job_succeed(*, job_id: int, attempt: int, log_tail: str | None = None) -> Job:

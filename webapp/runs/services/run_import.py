@@ -38,6 +38,13 @@ holding one is reported and not used.
 Damaged zips (a wrong CRC, a size header that lies, a truncated member) are refused with a
 RunImportError that says the archive is damaged; the extraction folder is removed either way,
 and folders left by a killed import are swept on the next one.
+
+Big uploads off the request: an upload over `inline_max_bytes()` (the page automatically, the API
+also on ?background=1) is kept in the data directory's imports area and imported by a "run_import"
+job on the default queue (`run_import_enqueue`, then `run_import_archive` in the worker), so no
+web timeout can stop it; the import itself is the same one transaction, so a killed job leaves
+nothing and its re-run (the reaper re-queues it, or Retry) does the whole work. The report is
+kept in the job's payload for its page.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
 import stat
 import tempfile
@@ -56,7 +64,7 @@ import zipfile
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
@@ -75,8 +83,9 @@ from webapp.runs.models import Checkpoint, MetricPoint, ModelSpec, Run, RunKind,
 from webapp.runs.services.ingest import EventIngestor
 from webapp.runs.services.run_config import run_config_problems
 
-__all__ = ["ImportReport", "RunImportError", "UploadLimitHandler", "declared_too_large", "run_import", "run_import_zip",
-           "too_large_message"]
+__all__ = ["IMPORT_JOB_KIND", "ImportReport", "RunImportError", "UploadLimitHandler", "declared_too_large",
+           "inline_max_bytes", "job_error_text", "report_from_dict", "run_import", "run_import_archive", "run_import_enqueue",
+           "run_import_zip", "too_large_message"]
 
 # Where the run's config may sit: the worker writes run.json; by hand people name it as they
 # like, and every checkpoint folder holds the resolved config as run_config.json.
@@ -182,6 +191,15 @@ class ImportReport:
                             for c in self.checkpoints],
             "warnings": self.warnings, "error": self.error,
         }
+
+    @classmethod
+    def from_dict(cls, held: dict[str, Any]) -> ImportReport:
+        """A report back from `as_dict` (kept in a session or a job's payload)."""
+        known = {f.name for f in fields(cls)}
+        data = {key: value for key, value in held.items() if key in known}
+        data["skipped"] = [SkippedLine(**line) for line in data.get("skipped", [])]
+        data["checkpoints"] = [CheckpointSeen(**seen) for seen in data.get("checkpoints", [])]
+        return cls(**data)
 
     def lines_text(self) -> list[str]:
         """The report as plain lines (the import_run command prints them)."""
@@ -987,3 +1005,126 @@ def declared_too_large(request, limit: int | None = None) -> bool:
         return int(request.META.get("CONTENT_LENGTH") or 0) > limit + 64 * 1024
     except ValueError:
         return False
+
+
+# ---------------------------------------------------------------------------------------
+# Big uploads: an import job (the page and the API)
+# ---------------------------------------------------------------------------------------
+
+IMPORT_JOB_KIND = "run_import"
+ARCHIVE_FILE = re.compile(r"^run-import-[A-Za-z0-9_-]{16,64}\.zip$")
+ARCHIVE_KEEP_SECONDS = 7 * 24 * 3600  # an upload whose job never ran (cancelled while queued) is swept after this
+INLINE_MAX_BYTES = 2 * 1024 ** 2
+
+
+def report_from_dict(held: dict[str, Any]) -> ImportReport:
+    return ImportReport.from_dict(held)
+
+
+def inline_max_bytes() -> int:
+    """Uploads up to this size are imported within the request; larger ones by a job.
+
+    2 MB of zip is about 10-20 MB of events (JSONL compresses 5-10 times), a few seconds on
+    PostgreSQL (about 3 MB of events a second) and under 20 on SQLite: inside any web timeout,
+    and the page answers with the report at once as before. CRUCIBLE_RUN_IMPORT_INLINE_MAX_BYTES
+    changes it (0: every upload goes through a job).
+    """
+    return int(getattr(settings, "CRUCIBLE_RUN_IMPORT_INLINE_MAX_BYTES", INLINE_MAX_BYTES))
+
+
+def import_archive_dir() -> Path:
+    """The data directory's imports area for run zips waiting for their job."""
+    folder = Path(settings.DATA_DIR) / "imports" / "runs"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _sweep_archives(folder: Path) -> None:
+    cutoff = time.time() - ARCHIVE_KEEP_SECONDS
+    for item in folder.iterdir():
+        try:
+            if item.is_file() and item.stat().st_mtime < cutoff:
+                item.unlink()
+        except OSError:
+            continue
+
+
+def _keep_upload(upload: IO[bytes], folder: Path) -> str:
+    """Write the upload under a fresh random name (whole, or not at all); returns the file name."""
+    name = f"run-import-{secrets.token_urlsafe(18)}.zip"
+    partial = folder / f".{name}.part"
+    try:
+        with open(partial, "wb") as out:
+            chunks = upload.chunks() if hasattr(upload, "chunks") else iter(lambda: upload.read(1 << 20), b"")
+            for chunk in chunks:
+                out.write(chunk)
+        os.replace(partial, folder / name)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return name
+
+
+def run_import_enqueue(*, project: Project, upload: IO[bytes], actor, name: str | None = None,
+                       archive_name: str = "") -> Any:
+    """Keep the uploaded zip in the imports area and queue a job that imports it; returns the Job.
+
+    The job's payload names the file, never a path: the worker looks it up in the imports area.
+    """
+    from webapp.runs.services.jobs import job_create
+
+    folder = import_archive_dir()
+    _sweep_archives(folder)
+    filename = _keep_upload(upload, folder)
+    try:
+        with transaction.atomic():
+            return job_create(project=project, kind=IMPORT_JOB_KIND, payload={
+                "archive": filename, "archive_name": (archive_name or "upload.zip")[:NAME_LIMIT],
+                "name": (name or "")[:NAME_LIMIT], "actor_id": getattr(actor, "pk", None)})
+    except BaseException:
+        (folder / filename).unlink(missing_ok=True)
+        raise
+
+
+def _archive_path(payload: dict) -> Path:
+    filename = str(payload.get("archive", ""))
+    if not ARCHIVE_FILE.match(filename):
+        raise RunImportError("This import job names no uploaded zip: upload the zip again on the Import a run page.")
+    path = import_archive_dir() / filename
+    if not path.is_file():
+        raise RunImportError("The uploaded zip of this import is gone (imported already, or removed after "
+                             f"{ARCHIVE_KEEP_SECONDS // 86400} days): upload it again on the Import a run page.")
+    return path
+
+
+def job_error_text(job: Any) -> str:
+    """An import job's error as the inline import says it (without the exception's class name)."""
+    error = job.error or ""
+    prefix = f"{RunImportError.__name__}: "
+    return error[len(prefix):] if error.startswith(prefix) else error
+
+
+def discard_archive(payload: dict) -> None:
+    """Remove the job's uploaded zip (after a finished import, or one that can never succeed)."""
+    filename = str(payload.get("archive", ""))
+    if ARCHIVE_FILE.match(filename):
+        (import_archive_dir() / filename).unlink(missing_ok=True)
+
+
+def run_import_archive(*, project: Project, payload: dict, progress: Progress | None = None) -> ImportReport:
+    """The worker's half of an import job: import the kept zip (one transaction) and report.
+
+    A RunImportError (damaged zip, not a run) removes the zip: importing it again cannot succeed.
+    Anything else keeps it, so a retry of the job can finish the work.
+    """
+    from django.contrib.auth import get_user_model
+
+    actor = get_user_model().objects.filter(pk=payload.get("actor_id")).first()
+    try:
+        path = _archive_path(payload)
+        report = run_import_zip(project=project, archive=path, actor=actor, name=payload.get("name") or None,
+                                archive_name=str(payload.get("archive_name") or "upload.zip"), progress=progress)
+    except RunImportError:
+        discard_archive(payload)
+        raise
+    return report

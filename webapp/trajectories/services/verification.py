@@ -6,11 +6,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from environments.parsing import calls_from_trajectory
-from environments.registry import get_verifier
 from environments.types import Task as EnvTask
 from environments.types import Trajectory as EnvTrajectory
 from environments.types import VerifyResult
 from webapp.trajectories.models import FAILURE_BUCKETS, Trajectory
+from webapp.verifiers.judge import build_verifier
 from webapp.verifiers.models import VerifierVersion
 
 
@@ -38,7 +38,8 @@ def verify_one(verifier_version: VerifierVersion, trajectory: Trajectory) -> Ver
     if task is None:
         return VerifyResult.failure("the trajectory has no task to verify against (send `task` when logging it)")
     try:
-        verifier = get_verifier(verifier_version.verifier.kind, verifier_version.config)
+        verifier = build_verifier(verifier_version.verifier.kind, verifier_version.config,
+                                  project=verifier_version.verifier.project)
         return verifier.verify(task, env_trajectory_of(trajectory))
     except Exception as exc:  # a verifier bug must not lose the trajectory
         return VerifyResult.failure(f"{type(exc).__name__}: {exc}")
