@@ -23,6 +23,8 @@ from webapp.api.bounds import (
     ("[" * 10_000 + "]" * 10_000, "", "nests deeper than 64"),
     ("[" * 65 + "]" * 65, "0.0.0.0.0.0.0.0.…", "nests deeper than 64"),
     ('{"n": ' + "1" * 5000 + "}", "", "too long to read"),
+    ('{"big": 123456789012345678901234567890}', "big", "beyond 64 bits"),
+    ('{"a": [{"b": -9223372036854775809}]}', "a.0.b", "beyond 64 bits"),
 ])
 def test_what_the_parser_refuses_is_named_with_its_path(text, path, fragment):
     with pytest.raises(JsonInputError) as refused:
@@ -32,7 +34,7 @@ def test_what_the_parser_refuses_is_named_with_its_path(text, path, fragment):
 
 
 @pytest.mark.parametrize("text", ['{"a": 1e308, "b": -0.0, "c": 1e-400}', "[" * 64 + "]" * 64,
-                                  '{"big": 123456789012345678901234567890}', '"text"', "null"])
+                                  '{"edges": [9223372036854775807, -9223372036854775808]}', '"text"', "null"])
 def test_what_it_accepts_is_plain_json(text):
     assert json_loads_bounded(text) == json.loads(text)
 

@@ -1,6 +1,6 @@
 """Every operation with a body, read from the OpenAPI document, against the bad-input classes.
 
-Non-finite and overflowing numbers, JSON nested 10,000 levels deep and a body over the
+Non-finite and overflowing numbers, integers beyond 64 bits, JSON nested 10,000 levels deep and a body over the
 upload limit once answered 500 (or were written, and failed in PostgreSQL later). The
 cases are generated from the document, so an endpoint added tomorrow is covered the day
 it is added: each must answer a 4xx it documents, as JSON naming the problem, and write
@@ -29,6 +29,8 @@ JSON_CLASSES = {
     "overflow": ('{"name": "n", "payload": {"x": 1e400}}', 422, "1e400"),
     "negative-overflow": ('[{"x": -1e400}]', 422, "-1e400"),
     "int-too-long-to-read": ('{"n": ' + "9" * 5000 + "}", 422, "too long to read"),
+    "int-beyond-64-bits": ('{"name": "n", "payload": {"x": [1, 9223372036854775808]}}', 422, "beyond 64 bits"),
+    "negative-int-beyond-64-bits": ('[{"x": -9223372036854775809}]', 422, "beyond 64 bits"),
     "deep-array": (DEEP, 422, "nests deeper"),
     "deep-object": ('{"a":' * 10_000 + "1" + "}" * 10_000, 422, "nests deeper"),
     "oversize": (json.dumps({"name": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 10)}), 413,

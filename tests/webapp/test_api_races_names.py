@@ -2,9 +2,9 @@
 
 Aliases and project models have a unique name per project: one request creates it and the
 other seven get the same conflict message (a 409 at the API, the form's field error on the
-page). Review queue names are not unique (several queues over the same failures are normal),
-so eight at once make eight queues, each whole. Verifiers, datasets and tokens have their own
-race tests next to their endpoints. PostgreSQL only: SQLite serialises every write.
+page). Review queue names are unique per project too; their race test is in
+test_review_queue_names.py. Verifiers, datasets and tokens have their own race tests next to
+their endpoints. PostgreSQL only: SQLite serialises every write.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from tests.webapp.races import needs_postgres as _needs_postgres
 from tests.webapp.races import race as _race
 from webapp.projects.services import api_token_issue
 from webapp.runs.models import AliasMove, Checkpoint, CheckpointAlias, ModelSpec, Run
-from webapp.trajectories.models import QueueItem, ReviewQueue, Trajectory
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -59,21 +58,3 @@ def test_eight_editors_adding_one_model_name_at_once_register_it_once(project_te
     for refused in (r for r in responses if r.status_code == 400):
         assert "has a model named “racer” already" in refused.content.decode()
     assert ModelSpec.objects.filter(project=project_team["project"], name="racer").count() == 1
-
-
-def test_eight_queues_of_one_name_created_at_once_are_each_whole(project_team):
-    _needs_postgres()
-    project = project_team["project"]
-    token = api_token_issue(user=project_team["editor"], name="queues").raw
-    run = Run.objects.create(project=project, name="r", kind="grpo")
-    Trajectory.objects.bulk_create([
-        Trajectory(project=project, run=run, task_key=f"t{i}", step=1, sample_index=0, passed=False,
-                   turns=[{"role": "assistant", "content": "x"}]) for i in range(6)])
-    body = {"name": "same name", "filter": {"run": str(run.pk)}, "limit": 4}
-    responses = _race(8, lambda _i: _post_json(token, f"/api/projects/{project.slug}/review-queues", body))
-    assert [r.status_code for r in responses] == [201] * 8, [r.content[:200] for r in responses]
-    queues = ReviewQueue.objects.filter(project=project, name="same name")
-    assert queues.count() == 8
-    for queue in queues:
-        assert queue.size == 4
-        assert sorted(QueueItem.objects.filter(queue=queue).values_list("position", flat=True)) == [0, 1, 2, 3]

@@ -347,7 +347,7 @@ def test_openapi_documents_the_review_endpoints(client, project_team, bearer):
     ({"name": "q", "limit": 2.5}, "limit"),
     ({"name": "q", "lock_minutes": -1}, "lock_minutes"),
     ({"name": "q", "filter": {"run": {"id": 3}}}, "filter.run"),
-    ({"name": "q", "filter": {"run": 10**30}}, "filter"),
+    ({"name": "q", "filter": {"run": 10**30}}, "filter.run"),
     ({"name": "q", "filter": {"run": 2**40}}, "filter.run"),
     ({"name": "q", "filter": {"task": "a\u0000b"}}, "filter"),
     ({"name": "q", "filter": {"reward_min": "nan"}}, "filter.reward_min"),

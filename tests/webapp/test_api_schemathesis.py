@@ -13,7 +13,9 @@ a few minutes on two cores inside `make test`; raise it locally for a deeper sea
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import zlib
 
 import pytest
@@ -24,8 +26,10 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
+from schemathesis.openapi.checks import RejectedPositiveData
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    positive_data_acceptance,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -33,7 +37,72 @@ from schemathesis.specs.openapi.checks import (
 from webapp.api.api import api
 
 EXAMPLES = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "10"))
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+# What a valid request may still be refused for, because JSON Schema cannot say it. Each answer is
+# a declared 4xx whose detail says which; anything else a valid request is refused for is a rule
+# the document should state, and fails the check below.
+NOT_EXPRESSIBLE = re.compile("|".join([
+    # A name or id in the body or query that names no row of the project: the document says which
+    # rows are referred to, whether one exists is the database's to say.
+    r"\bNo (dataset|verifier|model|run|checkpoint|trajectory|task|queue|review queue)s?\b[^;]*?"
+    r"(\d+|named|with this id|in this project)",
+    r"not a (reviewer|member) of this project",
+    r"No such (dataset|dataset version|run|checkpoint|verifier)\b",
+    # An `after` cursor this server did not hand out: opaque, only its alphabet is documented.
+    r"cursor is not one this list gave out",
+    # The contents of an uploaded file (a zip, a JSONL file): bytes to the schema.
+    r"^file: ",
+    # Rules across two fields or parameters (OpenAPI's parameters are independent of each other).
+    r"Give both a and b",
+    r"must not be below step_min",
+    r"a template is either trained on or held out",
+    r"choose at least one template",
+    # The run config's rules across its fields (training.config._check_cross_field); each field's
+    # own type and range is in the document (RUN_CONFIG_SCHEMA).
+    r"^config[^:]*: Invalid run config: .*(required|needs|must)",
+    # What the project's data holds: a filter that matches no trajectory, a metric a run never recorded.
+    r"No trajectories match this filter|No task has two samples under this filter",
+    r"which this run has not recorded",
+    r"the filter matches no task",
+    r"fewer than two evaluation runs",
+    r"exists already",  # a dataset name another request took (also a race between two creates)
+    r"No stored outputs",  # the project has no evaluated outputs yet
+]))
+
+
+def _refused_for_what_a_schema_cannot_say(response) -> bool:
+    """Every problem the answer names is one of NOT_EXPRESSIBLE's (a 400 or 422 with our ErrorOut body)."""
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return False
+    problems = [f"{field}: {problem}" for field, problem in (body.get("errors") or {}).items()] \
+        or [body.get("detail", "")]
+    return all(NOT_EXPRESSIBLE.search(problem) for problem in problems)
+
+
+def positive_data_accepted(ctx, response, case):
+    """Schemathesis' `positive_data_acceptance`: schema-valid data is accepted, short of NOT_EXPRESSIBLE."""
+    try:
+        return positive_data_acceptance(ctx, response, case)
+    except RejectedPositiveData:
+        if response.status_code in (400, 422) and _refused_for_what_a_schema_cannot_say(response):
+            return None
+        raise
+
+
+# Operations whose schemas do not state their rules yet (webapp/api/verifiers.py, changed in
+# parallel): `kind` as an enum and each kind's config schema, "one of task, task_id or
+# trajectory_id", and `method` as an enum. Every other check runs on them; remove each here once its schema says it.
+POSITIVE_CHECK_PENDING = frozenset({
+    "POST /api/projects/{slug}/verifiers",
+    "POST /api/verifiers/{verifier_id}/versions",
+    "POST /api/verifiers/{verifier_id}/versions/{number}/score",
+    "POST /api/verifiers/{verifier_id}/versions/{number}/checks",
+})
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
+          positive_data_accepted]
 
 # Valid and invalid requests; the coverage phase adds the boundary values of every parameter and
 # field (about 3,000 requests in all, 1-2 minutes). Wrong HTTP methods are left out: they are
@@ -100,5 +169,6 @@ def _aim_at_real_rows(case, ids: dict) -> None:
           suppress_health_check=list(HealthCheck))
 def test_every_operation_answers_as_documented(case, world):
     _aim_at_real_rows(case, world["ids"])
+    checks = CHECKS if case.operation.label not in POSITIVE_CHECK_PENDING else CHECKS[:-1]
     for token in world["tokens"].values():
-        case.call_and_validate(headers={"Authorization": f"Bearer {token}"}, checks=CHECKS)
+        case.call_and_validate(headers={"Authorization": f"Bearer {token}"}, checks=checks)

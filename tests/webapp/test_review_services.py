@@ -14,7 +14,7 @@ from pipeline_data import XSS, make_pipeline_run
 from webapp.datasets.models import Task
 from webapp.datasets.services import dataset_create
 from webapp.projects.models import AuditEvent
-from webapp.trajectories.models import QueueItem, Review, Trajectory
+from webapp.trajectories.models import QueueItem, Review, ReviewQueue, Trajectory
 from webapp.trajectories.review_selectors import (
     cohen_kappa,
     label_rows,
@@ -48,7 +48,9 @@ def run(project_team):
 
 
 def _queue(project_team, run, **kwargs):
-    options = {"name": "failures", "filter": {"run": run.pk}, "actor": project_team["editor"]} | kwargs
+    """A queue of its own name (names are unique per project), unless the test names it."""
+    taken = ReviewQueue.objects.filter(project=project_team["project"]).count()
+    options = {"name": f"failures {taken + 1}", "filter": {"run": run.pk}, "actor": project_team["editor"]} | kwargs
     return queue_create(project=project_team["project"], **options)
 
 

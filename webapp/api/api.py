@@ -19,7 +19,7 @@ from webapp.api.checkpoints import router as checkpoints_router
 from webapp.api.experiments import router as experiments_router
 from webapp.api.failures import router as failures_router
 from webapp.api.jobs import router as jobs_router
-from webapp.api.openapi import add_error_responses
+from webapp.api.openapi import add_error_responses, state_input_rules
 from webapp.api.reviews import router as reviews_router
 from webapp.api.run_import import router as run_import_router
 from webapp.api.runs import router as runs_router
@@ -65,10 +65,12 @@ def _finite(value):
 
 
 class CrucibleAPI(NinjaAPI):
-    """The NinjaAPI whose OpenAPI document declares the error answers shared code gives (webapp.api.openapi)."""
+    """The NinjaAPI whose OpenAPI document declares the error answers and the input rules shared code
+    applies (webapp.api.openapi)."""
 
     def get_openapi_schema(self, *, path_prefix=None, path_params=None):
-        return add_error_responses(super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params))
+        document = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        return state_input_rules(add_error_responses(document))
 
 
 api = CrucibleAPI(title="Crucible API", version="1", auth=API_AUTH, urls_namespace="api",

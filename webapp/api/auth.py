@@ -17,7 +17,7 @@ from ninja.security import HttpBearer
 from ninja.security import SessionAuth as NinjaSessionAuth
 
 from webapp.api.throttle import record_token_failure
-from webapp.projects.access import token_scope
+from webapp.projects.access import get_project_or_404, token_scope
 from webapp.projects.services import TokenExpired, api_token_authenticate
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -47,13 +47,27 @@ class TokenAuth(HttpBearer):
 
 
 class SessionAuth(NinjaSessionAuth):
-    """The Django session; no session, no CSRF check (and no 403): the request is just unauthenticated."""
+    """The Django session; no session, no CSRF check (and no 403): the request is just unauthenticated.
+
+    The CSRF check reads the form body (`csrfmiddlewaretoken`), so on a path of a project the
+    caller's membership is checked first: a non-member or an unknown project is the 404 a token
+    caller gets, whatever the body, and a broken multipart upload is only a 400 for members.
+    """
 
     def __call__(self, request):
         user = getattr(request, "user", None)
         if user is None or not user.is_authenticated:
             return None
+        _project_of_path_or_404(request, user)
         return super().__call__(request)  # CSRF check, 403 "CSRF check Failed" without the token
+
+
+def _project_of_path_or_404(request, user) -> None:
+    """Http404 when the URL names a project (`slug`) the user is not a member of; roles are the view's to check."""
+    match = getattr(request, "resolver_match", None)
+    slug = match.kwargs.get("slug") if match is not None else None
+    if slug is not None:
+        get_project_or_404(user, slug)
 
 
 TOKEN_AUTH = TokenAuth()

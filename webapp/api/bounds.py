@@ -16,6 +16,7 @@ from pydantic import AfterValidator, Field, StringConstraints
 
 INT32_MAX = 2**31 - 1
 BIGINT_MAX = 2**63 - 1
+BIGINT_MIN = -(2**63)
 # How deep a JSON value sent by a client may nest (Django limits the body's size already).
 MAX_JSON_DEPTH = 64
 
@@ -48,7 +49,7 @@ def _json_problem(value: Any, path: str, depth: int) -> str | None:
     if isinstance(value, bool) or value is None or isinstance(value, float):
         return None
     if isinstance(value, int):
-        return None if abs(value) <= BIGINT_MAX else f"{path or 'value'} is an integer beyond 64 bits"
+        return None if BIGINT_MIN <= value <= BIGINT_MAX else f"{path or 'value'} is an integer beyond 64 bits"
     if isinstance(value, dict):
         for key, item in value.items():
             reason = _json_problem(key, f"{path}[key {key!r}]", depth + 1) if isinstance(key, str) else None
@@ -77,15 +78,56 @@ def clean_json(value: Any) -> Any:
     return value
 
 
+# What clean_text enforces, as the OpenAPI document states it: no NUL. Documented only; clean_text
+# is what refuses, with its own message. Lone surrogates are refused too but cannot be written in
+# a pattern JSON Schema validators compile (they match code points, and a surrogate is not one).
+STORABLE_TEXT_PATTERN = r"^[^\u0000]*$"
+STORABLE_TEXT_SCHEMA = Field(json_schema_extra={"pattern": STORABLE_TEXT_PATTERN})
+
+
 def Text(max_length: int, *, min_length: int = 0) -> Any:  # noqa: N802 - reads like a type
     """A string that fits a varchar(max_length) column and can be stored."""
     return Annotated[
-        str, StringConstraints(min_length=min_length, max_length=max_length), AfterValidator(clean_text)
+        str, StringConstraints(min_length=min_length, max_length=max_length), AfterValidator(clean_text),
+        STORABLE_TEXT_SCHEMA,
     ]
 
 
+def Choice(*values: str) -> Any:  # noqa: N802 - reads like a type
+    """A string that must be one of `values` ("" among them where it means "none"), stated as an enum.
+
+    The document states the rule; the view or service still refuses other values, with its own
+    message naming the allowed ones (so a page and the API say the same thing).
+    """
+    return Annotated[str, StringConstraints(max_length=max(len(v) for v in values)), AfterValidator(clean_text),
+                     Field(json_schema_extra={"enum": list(values)})]
+
+
+def Documented(max_length: int, pattern: str, *, min_length: int = 0) -> Any:  # noqa: N802 - reads like a type
+    """Text(max_length) whose form is checked by the code that reads it; `pattern` states that form."""
+    return Annotated[str, StringConstraints(min_length=min_length, max_length=max_length),
+                     AfterValidator(clean_text), Field(json_schema_extra={"pattern": pattern})]
+
+
+# Query values read as text and parsed later (the trajectory filters): what those parsers accept.
+YES_NO = ("", "yes", "no", "true", "false", "1", "0", "any")
+WHOLE_NUMBER_TEXT = r"^(\s*\+?0*[0-9]{1,9}\s*)?$"  # 0 .. 999,999,999 (the parsers take up to 2**31 - 1)
+NUMBER_TEXT = r"^(\s*[+-]?([0-9]{1,20}(\.[0-9]{0,15})?|\.[0-9]{1,15})([eE][+-]?[0-9]{1,2})?\s*)?$"  # finite
+# A name that is not only spaces (services strip it), storable.
+NAME_PATTERN = r"^[^\u0000]*[^\u0000\s][^\u0000]*$"
+CURSOR_PATTERN = r"^[A-Za-z0-9_=-]*$"  # URL-safe base64, as webapp.api.pagination makes it
+
+
+def CursorText(max_length: int = 2000) -> Any:  # noqa: N802 - reads like a type
+    """An `after` cursor: opaque, made by the list it continues (only its alphabet can be stated)."""
+    return Documented(max_length, CURSOR_PATTERN)
+
+
+Cursor = CursorText()
+
+
 # Free text without a column length (notes, reasons): bounded so one request cannot be huge.
-LongText = Annotated[str, StringConstraints(max_length=100_000), AfterValidator(clean_text)]
+LongText = Annotated[str, StringConstraints(max_length=100_000), AfterValidator(clean_text), STORABLE_TEXT_SCHEMA]
 JsonObject = Annotated[dict[str, Any], AfterValidator(clean_json)]
 JsonList = Annotated[list[Any], AfterValidator(clean_json)]
 Count = Annotated[int, Field(ge=0, le=INT32_MAX)]  # PositiveIntegerField
@@ -186,18 +228,29 @@ def _number_reason(item: Any) -> str | None:
                 "and NaN or Infinity are not JSON); send a finite number or null")
     if isinstance(item, float) and not math.isfinite(item):
         return "is not a finite number (NaN or Infinity); send a finite number or null"
-    if isinstance(item, int) and not isinstance(item, bool) and abs(item) > BIGINT_MAX:
-        return f"is an integer beyond 64 bits (at most {BIGINT_MAX} in size); send a smaller number"
+    if isinstance(item, int) and not isinstance(item, bool) and not BIGINT_MIN <= item <= BIGINT_MAX:
+        return (f"is {_short_number(item)}, an integer beyond 64 bits (from {BIGINT_MIN} to {BIGINT_MAX}); "
+                "send a smaller number, or a string if it is an identifier")
     return None
 
 
+def _short_number(number: int) -> str:
+    """An integer as a client wrote it, cut if it is long: enough to recognise, not 4,000 digits."""
+    text = str(number)
+    return text if len(text) <= 24 else f"{text[:12]}…({len(text)} digits)"
+
+
 def _first_problem(value: Any, limit: int) -> JsonInputError | None:
-    """Nesting, and numbers no JSON reader accepts; large integers are left to each field's bounds,
-    which name the field the way its endpoint documents (a filter, a config, a count)."""
+    """Nesting, numbers no JSON reader accepts, and integers no column holds (beyond 64 bits).
+
+    Integers are checked here, anywhere in the body (a free-form config or payload too), because
+    PostgreSQL's jsonb and bigint refuse them and SQLite's JSON reads them as floats; a field with
+    tighter bounds (a 32-bit count) still names its own limit through its schema.
+    """
     for path, depth, item in _walk(value):
         if depth >= limit and isinstance(item, dict | list | tuple):
             return JsonInputError(_short(path), f"nests deeper than {limit} levels of arrays/objects; flatten it")
-        if isinstance(item, _Unrepresentable | float):
+        if isinstance(item, _Unrepresentable | float | int):
             reason = _number_reason(item)
             if reason:
                 return JsonInputError(path, reason)
@@ -209,7 +262,7 @@ def json_loads_bounded(text: str | bytes, *, limit: int = MAX_JSON_DEPTH) -> Any
 
     Refused: nesting deeper than `limit`; NaN, Infinity and numbers that overflow a float (1e400),
     which Python reads but PostgreSQL's JSON and every JSON client refuse; integers of thousands
-    of digits, which Python will not read (json_number_problem finds those beyond 64 bits).
+    of digits, which Python will not read, and integers outside [-2**63, 2**63 - 1].
     Invalid JSON stays a json.JSONDecodeError (with its line and column).
     """
     try:

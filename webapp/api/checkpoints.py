@@ -16,7 +16,7 @@ from ninja import Router, Schema
 from ninja.errors import HttpError
 from pydantic import Field
 
-from webapp.api.bounds import RowId, Text
+from webapp.api.bounds import CursorText, RowId, Text
 from webapp.api.experiments import router as experiments_router
 from webapp.api.pagination import CursorError, Page
 from webapp.api.schemas import ErrorOut, ExperimentOut
@@ -33,7 +33,7 @@ from webapp.runs.models import Checkpoint
 
 router = Router(tags=["checkpoints"])
 
-Cursor = Text(1000)
+Cursor = CursorText(1000)
 
 
 # ---------------------------------------------------------------------------------------

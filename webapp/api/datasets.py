@@ -18,19 +18,22 @@ from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 from pydantic import ValidationError
 
-from webapp.api.bounds import RowId, Text
+from webapp.api.bounds import NAME_PATTERN, Choice, RowId, Text
 from webapp.api.pagination import MAX_PAGE, CursorError
 from webapp.api.runs import FieldErrorsOut
 from webapp.api.schemas import ErrorOut
 from webapp.datasets.exports import EXPORT_FORMATS, export_filename, export_lines
 from webapp.datasets.generation import (
+    ENVIRONMENTS,
     PREVIEW_SIZE,
     GenerationError,
     default_roles,
     generate,
     generation_create,
     generation_spec,
+    templates,
 )
+from webapp.datasets.imports import FORMATS as IMPORT_FORMATS
 from webapp.datasets.imports import (
     ImportConflict,
     ImportFileError,
@@ -41,7 +44,7 @@ from webapp.datasets.imports import (
     upload_discard,
     upload_store,
 )
-from webapp.datasets.models import TaskDataset
+from webapp.datasets.models import Source, Split, TaskDataset
 from webapp.datasets.selectors import (
     FilterError,
     TaskFilter,
@@ -149,12 +152,22 @@ class ImportReportOut(Schema):
     seconds: float
 
 
+# Where the tasks go, as the views require it: a version to add to (`dataset`), or a new
+# dataset's name that is not blank; a generation's dry run needs neither (an import's does).
+_EXISTING = {"required": ["dataset"], "properties": {"dataset": {"type": "integer"}}}
+_NEW = {"required": ["name"], "properties": {"name": {"pattern": NAME_PATTERN}}}
+IMPORT_TARGET = {"anyOf": [_EXISTING, _NEW]}
+GENERATE_TARGET = {"anyOf": [_EXISTING, _NEW, {"required": ["dry_run"], "properties": {"dry_run": {"const": True}}}]}
+
+
 class ImportForm(Schema):
     name: Text(200) = Field("", description="A new dataset of this name ...")
     dataset: RowId | None = Field(None, description="... or the id of a version: the new version is it plus the "
                                                     "file's new tasks.")
-    format: Text(16) = Field("auto", description="auto (found from the rows), crucible or nemo_gym.")
-    split: Text(16) = Field("train", description="Split of rows that name none (NeMo Gym rows never do).")
+    format: Choice("auto", *IMPORT_FORMATS) = Field("auto", description="auto (found from the rows), crucible or "
+                                                                        "nemo_gym.")
+    split: Choice(*Split.values) = Field("train", description="Split of rows that name none (NeMo Gym rows never "
+                                                              "do).")
     description: Text(10_000) = ""
     dry_run: bool = Field(False, description="Only the report: nothing is written.")
 
@@ -166,10 +179,10 @@ class ImportOut(Schema):
 
 
 class SplitMoveIn(Schema):
-    to_split: Text(16) = Field(description="train, validation or held_out.")
-    split: Text(16) = Field("", description="Filter: tasks now in this split.")
+    to_split: Choice(*Split.values) = Field(description="train, validation or held_out.")
+    split: Choice("", *Split.values) = Field("", description="Filter: tasks now in this split.")
     category: Text(64) = ""
-    source: Text(16) = ""
+    source: Choice("", *Source.values) = ""
     text: Text(200) = Field("", description="Filter: text in the messages.")
 
 
@@ -178,13 +191,20 @@ class SplitMoveOut(Schema):
     dataset: DatasetVersionOut
 
 
+TemplateName = Choice(*(template.name for template in templates()))
+
+
 class GenerateIn(Schema):
-    environment: Text(32) = "workplace"
+    model_config = {"json_schema_extra": GENERATE_TARGET}
+
+    environment: Choice(*dict(ENVIRONMENTS)) = "workplace"
     n: Annotated[int, Field(ge=1, le=5_000)] = 50
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
-    train_templates: list[Text(100)] | None = Field(None, description="Omitted: the generator's training templates.")
-    held_out_templates: list[Text(100)] | None = Field(None, description="Omitted: the generator's held-out "
+    train_templates: list[TemplateName] | None = Field(None, description="Omitted: the generator's training "
                                                                          "templates.")
+    held_out_templates: list[TemplateName] | None = Field(None, description="Omitted: the generator's held-out "
+                                                                            "templates (never one of the training "
+                                                                            "ones; at least one in all).")
     name: Text(200) = Field("", description="A new dataset of this name ...")
     dataset: RowId | None = Field(None, description="... or the id of a version: the new version is it plus the "
                                                     "generated tasks it does not hold.")
@@ -257,9 +277,9 @@ def get_dataset(request, dataset_id: RowId):
 
 
 class TaskQuery(Schema):
-    split: Text(32) | None = Field(None, description="train, validation or held_out.")
+    split: Choice("", *Split.values) | None = Field(None, description="train, validation or held_out.")
     category: Text(64) | None = Field(None, description="Exactly this category.")
-    source: Text(16) | None = Field(None, description="synthetic, human, production or imported.")
+    source: Choice("", *Source.values) | None = Field(None, description="synthetic, human, production or imported.")
     text: Text(200) | None = Field(None, description="Text in the messages (case-insensitive).")
     after: Text(2000) | None = Field(None, description="The `next` cursor of the previous page.")
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 100
@@ -300,7 +320,7 @@ def get_task(request, dataset_id: RowId, task_id: RowId):
             summary="Export a version as JSONL (streamed)",
             openapi_extra={"responses": {200: {"description": "One task per line, streamed as a file download.",
                                                  "content": {"application/x-ndjson": {}}}}})
-def export_dataset(request, dataset_id: RowId, format: Text(16) = "crucible"):  # noqa: A002
+def export_dataset(request, dataset_id: RowId, format: Choice(*EXPORT_FORMATS) = "crucible"):  # noqa: A002
     """Crucible JSONL ({"task", "trajectory": null, "result": null} per line) or NeMo Gym JSONL (task rows;
     a NeMo Gym import exports back as the rows imported). Streamed: any size, bounded memory."""
     dataset = _dataset_for(request, dataset_id)
@@ -320,13 +340,22 @@ def export_dataset(request, dataset_id: RowId, format: Text(16) = "crucible"):  
 def _import_multipart() -> dict:
     """The multipart body of an import, declared by hand: the view reads it only after checking access."""
     form = ImportForm.model_json_schema()
+    fields = {name: _as_form_field(schema) for name, schema in form["properties"].items()}
     properties = {"file": {"type": "string", "format": "binary",
-                           "description": "The JSONL file (Crucible or NeMo Gym rows)."}, **form["properties"]}
+                           "description": "The JSONL file (Crucible or NeMo Gym rows)."}, **fields}
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-        "type": "object", "required": ["file"], "properties": properties}}}}}
+        "type": "object", "required": ["file"], "properties": properties, **IMPORT_TARGET}}}}}
 
 
 _OPTIONAL = ("dataset", "dry_run")  # an empty form field here means "not given"
+
+
+def _as_form_field(schema: dict) -> dict:
+    """A nullable field as a form field: a form has no null, so "not given" is leaving the field out."""
+    branches = [branch for branch in schema.get("anyOf", []) if branch.get("type") != "null"]
+    if len(branches) != 1:
+        return schema
+    return {**branches[0], **{key: value for key, value in schema.items() if key not in ("anyOf", "default")}}
 
 
 def _import_request(request) -> tuple[ImportForm, object] | Status:

@@ -19,12 +19,13 @@ from ninja import Field, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
-from webapp.api.bounds import Text
+from webapp.api.bounds import Choice, Text
 from webapp.api.checkpoints import Cursor, next_field, paged
-from webapp.api.schemas import ErrorOut, JobIn, JobOut
+from webapp.api.schemas import DIRECT_JOB_KIND_NAMES, ErrorOut, JobIn, JobOut
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, projects_for_user
 from webapp.projects.models import Role
 from webapp.runs.job_selectors import (
+    JOB_STATES,
     UnknownJobState,
     job_list,
     job_row,
@@ -37,7 +38,7 @@ from webapp.runs.services.jobs import job_create, job_request_cancel, job_retry
 router = Router(tags=["jobs"])
 
 # Job kinds a script may start directly; training kinds are started through runs.
-DIRECT_JOB_KINDS = {"noop"}
+DIRECT_JOB_KINDS = set(DIRECT_JOB_KIND_NAMES)  # the document states them as JobIn.kind's enum
 
 
 class QueueOut(Schema):
@@ -104,7 +105,7 @@ def list_queues(request, slug: str):
 
 
 @router.get("/projects/{slug}/jobs", response={200: JobPageOut, 400: ErrorOut})
-def list_jobs(request, slug: str, state: Text(16) | None = None,
+def list_jobs(request, slug: str, state: Choice("", *JOB_STATES) | None = None,
               queue: Text(32) | None = None, kind: Text(32) | None = None, after: Cursor | None = None,
               limit: int = 100):
     """Jobs newest first, with heartbeat age, lease, attempts, progress, error and history."""

@@ -13,6 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from webapp.api.bounds import (
+    BIGINT_MAX,
+    BIGINT_MIN,
+    CURSOR_PATTERN,
+    MAX_JSON_DEPTH,
+    STORABLE_TEXT_PATTERN,
+)
 from webapp.api.schemas import ErrorOut, ValidationErrorOut
 
 WRITE_METHODS = frozenset({"post", "put", "patch", "delete"})
@@ -26,8 +33,8 @@ ERROR_DESCRIPTIONS = {
     403: "Your role in the project, or the token's scope (read-only, another project), does not allow this.",
     404: "No such object in a project you belong to.",
     413: "The request body is larger than the server accepts (DATA_UPLOAD_MAX_MEMORY_SIZE); `detail` says the limit.",
-    422: "Invalid input: a value out of range, a non-finite number (NaN, Infinity, 1e400), JSON nested too "
-         "deep, text that cannot be stored. `errors` names each field.",
+    422: "Invalid input: a value out of range, a non-finite number (NaN, Infinity, 1e400), an integer beyond "
+         "64 bits, JSON nested too deep, text that cannot be stored. `errors` names each field (its JSON path).",
     429: "Too many bad API tokens from your address; retry after the `Retry-After` seconds.",
 }
 
@@ -93,4 +100,72 @@ def add_error_responses(document: dict[str, Any]) -> dict[str, Any]:
         for method, operation in path_item.items():
             if isinstance(operation, dict) and "responses" in operation:
                 _document_errors(method, operation)
+    return document
+
+
+# -- What any JSON value in a body may hold (webapp.api.bounds' rules, stated once) ---------------
+
+JSON_VALUE = "JsonValue"
+JSON_VALUE_SCHEMA = {
+    "description": "Any JSON value the server can store: text without NUL characters or lone UTF-16 "
+                   "surrogates (keys too), numbers within 64-bit integers' range and finite, at most "
+                   f"{MAX_JSON_DEPTH} levels of arrays/objects.",
+    "anyOf": [
+        {"type": "string", "pattern": STORABLE_TEXT_PATTERN},
+        {"type": "number", "minimum": BIGINT_MIN, "maximum": BIGINT_MAX},
+        {"type": "boolean"},
+        {"type": "null"},
+        {"type": "array", "items": _ref(JSON_VALUE)},
+        {"type": "object", "propertyNames": {"pattern": STORABLE_TEXT_PATTERN},
+         "additionalProperties": _ref(JSON_VALUE)},
+    ],
+}
+
+
+def _state_json_rules(schema: Any) -> None:
+    """Free-form objects (`dict` fields) hold JsonValues; a body's undeclared keys too (the parser checks them);
+    no text holds a NUL.
+
+    The parser (webapp.api.bounds.json_loads_bounded) refuses a non-finite number, an integer beyond
+    64 bits or nesting past the limit anywhere in a body, and clean_json a NUL in a free-form object:
+    saying so here makes a valid document mean an accepted request.
+    """
+    if isinstance(schema, list):
+        for item in schema:
+            _state_json_rules(item)
+        return
+    if not isinstance(schema, dict):
+        return
+    if schema.get("type") == "string" and not {"pattern", "enum", "const", "format"} & schema.keys():
+        schema["pattern"] = STORABLE_TEXT_PATTERN  # clean_text and clean_json refuse a NUL in any text
+    if schema.get("type") == "object" and schema.get("additionalProperties") is True:
+        schema["additionalProperties"] = _ref(JSON_VALUE)
+        schema.setdefault("propertyNames", {"pattern": STORABLE_TEXT_PATTERN})
+    elif schema.get("type") == "object" and "properties" in schema and "additionalProperties" not in schema:
+        schema["additionalProperties"] = _ref(JSON_VALUE)
+    for value in schema.values():
+        if isinstance(value, dict | list):
+            _state_json_rules(value)
+
+
+def _state_cursor_form(document: dict[str, Any]) -> None:
+    """Every `after` query parameter is a cursor of URL-safe base64 (its content only the server can make)."""
+    for path_item in document.get("paths", {}).values():
+        for operation in path_item.values():
+            for parameter in operation.get("parameters", []) if isinstance(operation, dict) else []:
+                if parameter.get("in") == "query" and parameter.get("name") == "after":
+                    schema = parameter.get("schema", {})
+                    for branch in schema.get("anyOf", [schema]):
+                        if branch.get("type") == "string":
+                            branch["pattern"] = CURSOR_PATTERN
+
+
+def state_input_rules(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` stating the rules shared code applies to every input (JSON values, cursors)."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    _state_json_rules(schemas)
+    for path_item in document.get("paths", {}).values():
+        _state_json_rules(path_item)
+    schemas[JSON_VALUE] = JSON_VALUE_SCHEMA
+    _state_cursor_form(document)
     return document

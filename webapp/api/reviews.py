@@ -19,13 +19,24 @@ from django.utils import timezone
 from ninja import Field, Router, Schema
 from ninja.responses import Status
 
-from webapp.api.bounds import JsonObject, LongText, RowId, Text
+from webapp.api.bounds import NAME_PATTERN, Choice, Documented, JsonObject, LongText, RowId, Text
 from webapp.api.pagination import MAX_PAGE, CursorError
 from webapp.api.runs import FieldErrorsOut
 from webapp.api.schemas import ErrorOut, EvalsOut
+from webapp.api.trajectories import filter_object_schema
+from webapp.datasets.models import Split
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
 from webapp.projects.models import Role
-from webapp.trajectories.models import QueueItem, Review, ReviewQueue, Trajectory
+from webapp.trajectories.models import (
+    FAILURE_BUCKETS,
+    QueueItem,
+    QueueKind,
+    QueueOrder,
+    Review,
+    ReviewQueue,
+    Trajectory,
+    Verdict,
+)
 from webapp.trajectories.review_selectors import (
     label_rows,
     labels_csv,
@@ -37,6 +48,10 @@ from webapp.trajectories.review_selectors import (
     review_page,
 )
 from webapp.trajectories.services.review import (
+    LIMIT_RANGE,
+    LOCK_MINUTES_RANGE,
+    NOTE_LENGTH,
+    REVIEWS_PER_ITEM_RANGE,
     ReviewError,
     queue_claim_next,
     queue_create,
@@ -61,17 +76,27 @@ ERRORS = {403: FieldErrorsOut, 404: ErrorOut, 409: FieldErrorsOut, 422: FieldErr
 # ---------------------------------------------------------------------------------------
 
 
+def _bounds(limits: tuple[int, int]) -> dict:
+    """The range queue_create checks (with its own message), stated in the document."""
+    return {"minimum": limits[0], "maximum": limits[1]}
+
+
 class ReviewQueueIn(Schema):
-    name: Text(200) = Field(description="Shown in the queue list.")
-    kind: Text(16) = Field("verdict", description="verdict (agree / disagree with the verifier) or pair "
+    name: Documented(200, NAME_PATTERN) = Field(description="Shown in the queue list; unique in the project "
+                                                             "(archived queues too).")
+    kind: Choice(*QueueKind.values) = Field("verdict", description="verdict (agree / disagree with the verifier) or pair "
                                                   "(preference between two samples of one prompt).")
-    filter: JsonObject = Field({}, description="The trajectory list's filters, e.g. {\"run\": 4, \"bucket\": "
+    filter: JsonObject = Field({}, json_schema_extra=filter_object_schema(), description="The trajectory list's filters, e.g. {\"run\": 4, \"bucket\": "
                                                "\"wrong_tool\", \"passed\": \"no\"}: the same names as its query "
                                                "string.")
-    order: Text(16) = Field("failures_first", description="failures_first, newest or random (a seeded sample).")
-    limit: int = Field(200, description="How many items (pairs in pair mode), 1 to 5000.")
-    reviews_per_item: int = Field(1, description="Labels each item needs, 1 to 5 (2 or more gives Cohen's kappa).")
-    lock_minutes: int = Field(10, description="How long an item stays with the reviewer who took it, 1 to 240.")
+    order: Choice(*QueueOrder.values) = Field("failures_first",
+                                              description="failures_first, newest or random (a seeded sample).")
+    limit: int = Field(200, description="How many items (pairs in pair mode), 1 to 5000.",
+                       json_schema_extra=_bounds(LIMIT_RANGE))
+    reviews_per_item: int = Field(1, description="Labels each item needs, 1 to 5 (2 or more gives Cohen's kappa).",
+                                  json_schema_extra=_bounds(REVIEWS_PER_ITEM_RANGE))
+    lock_minutes: int = Field(10, description="How long an item stays with the reviewer who took it, 1 to 240.",
+                              json_schema_extra=_bounds(LOCK_MINUTES_RANGE))
     assignees: list[Text(150)] = Field([], max_length=100,
                                        description="Usernames; when given, only they get items.")
 
@@ -181,25 +206,31 @@ class QueueItemOut(Schema):
     my_review: ReviewOut | None = Field(description="The caller's label of this item, if any.")
 
 
+# The note's limit, checked by the review service with the label's other fields (all errors at once).
+NOTE_LIMIT = {"maxLength": NOTE_LENGTH}
+
+
 class ReviewIn(Schema):
-    verdict: Text(16) = Field("", description="Verdict items: agree or disagree (with the verifier).")
-    failure_bucket: Text(32) = Field("", description="Optional: the failure bucket the reviewer sees.")
-    note: LongText = Field("", description="Up to 10,000 characters.")
+    verdict: Choice("", *Verdict.values) = Field("", description="Verdict items: agree or disagree (with the "
+                                                                 "verifier).")
+    failure_bucket: Choice("", *FAILURE_BUCKETS) = Field("", description="Optional: the failure bucket the reviewer "
+                                                                          "sees.")
+    note: LongText = Field("", description="Up to 10,000 characters.", json_schema_extra=NOTE_LIMIT)
     corrected_output: LongText = Field("", description="What the model should have answered (up to 100,000 "
                                                        "characters); becomes ground truth in 'to-dataset'.")
     preferred_id: RowId | None = Field(None, description="Pair items: the id of the better trajectory.")
 
 
 class ReviewPatchIn(Schema):
-    verdict: Text(16) | None = None
-    failure_bucket: Text(32) | None = None
-    note: LongText | None = None
+    verdict: Choice(*Verdict.values) | None = None
+    failure_bucket: Choice("", *FAILURE_BUCKETS) | None = None
+    note: LongText | None = Field(None, json_schema_extra=NOTE_LIMIT)
     corrected_output: LongText | None = None
 
 
 class QueueToDatasetIn(Schema):
     dataset: Text(200) = Field(description="The name of one of the project's datasets: a new version is made.")
-    split: Text(16) = Field("held_out", description="train, validation or held_out.")
+    split: Choice(*Split.values) = Field("held_out", description="train, validation or held_out.")
     trajectory_ids: list[RowId] | None = Field(None, max_length=10_000,
                                                description="Only these of the queue's reviewed trajectories.")
 
@@ -276,7 +307,8 @@ def create_queue(request, slug: str, body: ReviewQueueIn):
     """Take the trajectories matching `filter` once, in `order`, as the queue's items (editor).
 
     Pair queues pair two samples of one prompt (same GRPO group), preferring samples with
-    different rewards. A filter that matches nothing is a 422 on `filter`.
+    different rewards. A filter that matches nothing is a 422 on `filter`; a name the project's
+    queues already use (archived ones too) a 409 on `name`, also when a concurrent request took it.
     """
     project = get_project_or_404(request.user, slug, Role.EDITOR)
     try:
@@ -417,7 +449,8 @@ def queue_pairs_file(request, queue_id: RowId):
 @router.get("/projects/{slug}/reviews", response={200: ReviewPageOut, 400: FieldErrorsOut, 404: ErrorOut,
                                                   422: FieldErrorsOut},
             summary="List the project's labels")
-def list_reviews(request, slug: str, queue: RowId | None = None, reviewer: Text(150) = "", verdict: Text(16) = "",
+def list_reviews(request, slug: str, queue: RowId | None = None, reviewer: Text(150) = "",
+                 verdict: Choice("", *REVIEW_VERDICT_FILTERS) = "",
                  after: Text(1000) | None = None, limit: int = 50):
     """Newest first; filter by queue id, reviewer (username) and verdict (agree, disagree, or
     pair for preference labels) (viewer)."""
@@ -450,7 +483,8 @@ def update_review(request, review_id: RowId, body: ReviewPatchIn):
             summary="Download the labels as JSONL or CSV",
             openapi_extra={"responses": {200: {"description": "The labels, streamed as a file download.",
                                                  "content": {"application/x-ndjson": {}, "text/csv": {}}}}})
-def export_reviews(request, slug: str, format: Text(8) = "jsonl", queue: RowId | None = None):  # noqa: A002
+def export_reviews(request, slug: str, format: Choice(*EXPORT_FORMATS) = "jsonl",  # noqa: A002
+                   queue: RowId | None = None):
     """Every label of the project (or of one queue), oldest first: trajectory id, task, run, step,
     verdict, bucket, the verifier's bucket, note, corrected output, preferred_over, reviewer,
     times, queue (reviewer). CSV cells that a spreadsheet would run as a formula start with '."""

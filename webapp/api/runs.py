@@ -8,6 +8,7 @@ the series included. Field errors answer 422 as {"detail": message, "errors":
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -15,7 +16,8 @@ from django.db.models import QuerySet
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
-from webapp.api.bounds import Count, JsonObject, RowId, Step, Text
+from training.config import RUN_CONFIG_SCHEMA
+from webapp.api.bounds import Choice, Count, Documented, JsonObject, RowId, Step, Text
 from webapp.api.pagination import MAX_PAGE, CursorError
 from webapp.api.schemas import ErrorOut, JobOut
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
@@ -58,10 +60,16 @@ class RefIn(Schema):
     version: Count | None = Field(None, description="A version number; omitted: the latest.")
 
 
+# The run config's own schema, stated where the API takes a config (its keys and each key's values).
+RUN_CONFIG_DOCUMENTED = copy.deepcopy({key: RUN_CONFIG_SCHEMA[key] for key in ("properties", "additionalProperties")})
+
+
 class RunIn(Schema):
     name: Text(200, min_length=1)
     kind: RunKind
-    config: JsonObject = Field({}, description="A training run config (see training/config.py's schema).")
+    config: JsonObject = Field({}, description="A training run config (training/config.py's RUN_CONFIG_SCHEMA; "
+                                               "its rules across fields are checked on creation).",
+                               json_schema_extra=RUN_CONFIG_DOCUMENTED)
     dataset: Text(200, min_length=1) | RefIn | None = Field(None, description="A name, or {name, version}.")
     verifier: Text(200, min_length=1) | RefIn | None = Field(None, description="A name, or {name, version}.")
     model: Text(200, min_length=1) | None = Field(None, description="The name of one of the project's models.")
@@ -144,16 +152,22 @@ class RunFilters(Schema):
     creator: Text(150) | None = Field(None, description="User name of whoever created the run.")
     experiment: RowId | None = None
     text: Text(200) | None = Field(None, description="Part of the run's name, any case.")
-    sort: Text(16) = Field(DEFAULT_RUN_SORT, description=f"One of {', '.join(RUN_SORTS)}.")
+    sort: Choice(*RUN_SORTS) = Field(DEFAULT_RUN_SORT, description=f"One of {', '.join(RUN_SORTS)}.")
     after: Text(2000) | None = Field(None, description="The `next` cursor of the previous page.")
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 50
 
 
+# What _names_problem accepts: comma-separated names, the first not blank, each at most
+# METRIC_NAME_LENGTH characters, at most MAX_SERIES_NAMES of them.
+SERIES_NAMES_PATTERN = (rf"^\s*[^,\s\u0000][^,\u0000]{{0,{METRIC_NAME_LENGTH - 1}}}"
+                        rf"(,[^,\u0000]{{0,{METRIC_NAME_LENGTH}}}){{0,{MAX_SERIES_NAMES - 1}}}$")
+
+
 class SeriesQuery(Schema):
-    names: Text(MAX_SERIES_NAMES * (METRIC_NAME_LENGTH + 1), min_length=1) = Field(
+    names: Documented(MAX_SERIES_NAMES * (METRIC_NAME_LENGTH + 1), SERIES_NAMES_PATTERN, min_length=1) = Field(
         description=f"Metric names, comma-separated (at most {MAX_SERIES_NAMES}).")
     split: Text(32, min_length=1) = "train"
-    x: Text(8) = Field("step", description="step, wall (seconds since the run's first point) or tokens.")
+    x: Choice(*X_AXES) = Field("step", description="step, wall (seconds since the run's first point) or tokens.")
     since: Step | None = Field(None, description="Only points after this step (live pages append them).")
     buckets: Annotated[int, Field(ge=10, le=5000)] = DEFAULT_BUCKETS
 

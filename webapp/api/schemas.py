@@ -8,13 +8,16 @@ from ninja import Schema
 from pydantic import Field, field_validator
 
 from webapp.api.bounds import (
+    Choice,
     Count,
+    Documented,
     JsonObject,
     LongText,
     Milliseconds,
     RowId,
     Text,
 )
+from webapp.runs.services.promotion import ALIAS_NAME
 from webapp.trajectories.services.production import ProductionItem
 
 
@@ -41,8 +44,12 @@ class JobOut(Schema):
     heartbeat_at: datetime | None
 
 
+# Job kinds a script may start directly; training kinds are started through runs.
+DIRECT_JOB_KIND_NAMES = ("noop",)
+
+
 class JobIn(Schema):
-    kind: Text(32) = "noop"
+    kind: Choice(*DIRECT_JOB_KIND_NAMES) = "noop"
     payload: JsonObject = {}
 
 
@@ -67,11 +74,16 @@ class ProductionTaskIn(Schema):
     metadata: JsonObject = {}
 
 
+# What turns_are_chat_messages checks, stated in the document: each turn is an object with a `role`.
+CHAT_TURN_SCHEMA = {"type": "object", "required": ["role"], "properties": {"role": {"type": "string"}},
+                    "additionalProperties": True}
+
+
 class ProductionTrajectoryIn(Schema):
     """One logged production run; also what each line of `manage.py log_trajectories` must be."""
 
     id: Text(200, min_length=1) | None = Field(None, description="Your id for this run: logging is idempotent by it.")
-    turns: list[JsonObject] = Field(min_length=1)
+    turns: list[JsonObject] = Field(min_length=1, json_schema_extra={"items": CHAT_TURN_SCHEMA})
     task: ProductionTaskIn | None = None
     truncated: bool = False
     latency_ms: Milliseconds | None = None
@@ -167,7 +179,9 @@ class ExperimentOut(Schema):
 
 
 class PromoteIn(Schema):
-    alias: Text(64) = "production"
+    alias: Documented(64, ALIAS_NAME.pattern) = Field("production", description="Lower-case letters, digits, "
+                                                                               "'-' or '_', starting with a letter "
+                                                                               "or digit.")
     reason: LongText = ""
     force: bool = Field(False, description="Promote although the checkpoint's gates failed or it has none "
                                            "(needs a reason; recorded in the alias history and the audit log).")

@@ -10,7 +10,19 @@ from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
-from webapp.api.bounds import RowId, Text
+from webapp.api.bounds import (
+    BIGINT_MAX,
+    BIGINT_MIN,
+    NUMBER_TEXT,
+    STORABLE_TEXT_PATTERN,
+    WHOLE_NUMBER_TEXT,
+    YES_NO,
+    Choice,
+    Cursor,
+    Documented,
+    RowId,
+    Text,
+)
 from webapp.api.pagination import MAX_PAGE, CursorError
 from webapp.api.runs import FieldErrorsOut
 from webapp.api.schemas import (
@@ -25,8 +37,12 @@ from webapp.datasets.models import TaskDataset
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
 from webapp.projects.models import Role
 from webapp.runs.models import Run
-from webapp.trajectories.models import Trajectory
+from webapp.trajectories.models import FAILURE_BUCKETS, Trajectory
 from webapp.trajectories.selectors import (
+    FILTER_FIELDS,
+    SOURCES,
+    SPLITS,
+    VERDICTS,
     FilterError,
     TrajectoryFilter,
     rescore_results_of,
@@ -148,32 +164,60 @@ def log_production(request, slug: str, body: ProductionBatchIn):
     return Status(201 if result.created else 200, out)
 
 
+WholeNumber = Documented(20, WHOLE_NUMBER_TEXT)
+
+
+def filter_object_schema() -> dict:
+    """What a review queue's `filter` object may hold: the list's filters, as text or as JSON scalars.
+
+    The queue's service reads each value as its query-string form (a number, true/false, null
+    for "any"), so each filter takes its query parameter's text, null, and the scalars whose text
+    that parameter accepts; `after` and `limit` (paging) are dropped.
+    """
+    query = TrajectoryQuery.model_json_schema()["properties"]
+    paging = {"type": ["string", "integer", "null"], "pattern": STORABLE_TEXT_PATTERN, "minimum": BIGINT_MIN,
+              "maximum": BIGINT_MAX}
+    properties = {"after": paging, "limit": paging}
+    for name in FILTER_FIELDS:
+        text = next(branch for branch in query[name]["anyOf"] if branch.get("type") == "string")
+        branches = [text, {"type": "null"}]
+        if text.get("pattern") == WHOLE_NUMBER_TEXT:
+            branches.append({"type": "integer", "minimum": 0, "maximum": 999_999_999})
+        elif text.get("pattern") == NUMBER_TEXT:
+            branches.append({"type": "number", "minimum": -1e15, "maximum": 1e15})
+        elif text.get("enum") == list(YES_NO):
+            branches.append({"type": "boolean"})
+        properties[name] = {"anyOf": branches}
+    return {"type": "object", "properties": properties, "additionalProperties": False}
+
+
 class TrajectoryQuery(Schema):
     """The trajectory list's filters: the same query parameters as the page's URL."""
 
-    run: Text(20) | None = Field(None, description="A run id.")
-    run_id: Text(20) | None = Field(None, description="Same as `run` (kept for older clients).")
-    checkpoint: Text(20) | None = Field(None, description="A checkpoint id.")
-    step: Text(20) | None = Field(None, description="One step.")
-    step_min: Text(20) | None = Field(None, description="Steps from (inclusive).")
-    step_max: Text(20) | None = Field(None, description="Steps to (inclusive).")
-    split: Text(32) | None = Field(None, description="train, validation, held_out or production.")
-    source: Text(16) | None = Field(None, description="run or production.")
-    reward_min: Text(40) | None = Field(None, description="Reward at least.")
-    reward_max: Text(40) | None = Field(None, description="Reward at most.")
-    passed: Text(8) | None = Field(None, description="yes or no.")
-    bucket: Text(32) | None = Field(None, description="A failure bucket, or `none` for passed trajectories.")
+    run: WholeNumber | None = Field(None, description="A run id.")
+    run_id: WholeNumber | None = Field(None, description="Same as `run` (kept for older clients).")
+    checkpoint: WholeNumber | None = Field(None, description="A checkpoint id.")
+    step: WholeNumber | None = Field(None, description="One step.")
+    step_min: WholeNumber | None = Field(None, description="Steps from (inclusive).")
+    step_max: WholeNumber | None = Field(None, description="Steps to (inclusive); not below step_min.")
+    split: Choice("", *SPLITS) | None = Field(None, description="train, validation, held_out or production.")
+    source: Choice("", *SOURCES) | None = Field(None, description="run or production.")
+    reward_min: Documented(40, NUMBER_TEXT) | None = Field(None, description="Reward at least.")
+    reward_max: Documented(40, NUMBER_TEXT) | None = Field(None, description="Reward at most.")
+    passed: Choice(*YES_NO) | None = Field(None, description="yes or no.")
+    bucket: Choice("", *FAILURE_BUCKETS, "none") | None = Field(
+        None, description="A failure bucket, or `none` for passed trajectories.")
     flag: Text(64) | None = Field(None, description="A flag the trajectory carries (e.g. truncated).")
     category: Text(200) | None = Field(None, description="The task's category.")
-    reviewed: Text(8) | None = Field(None, description="yes or no: has at least one review.")
-    verdict: Text(16) | None = Field(None, description="A reviewer's verdict: agree or disagree.")
-    review_bucket: Text(32) | None = Field(None, description="A bucket a reviewer chose.")
-    disagree: Text(8) | None = Field(None, description="yes: a re-score disagrees with the stored verdict.")
-    rescore: Text(20) | None = Field(None, description="Only trajectories of this re-score.")
+    reviewed: Choice(*YES_NO) | None = Field(None, description="yes or no: has at least one review.")
+    verdict: Choice("", *VERDICTS) | None = Field(None, description="A reviewer's verdict: agree or disagree.")
+    review_bucket: Choice("", *FAILURE_BUCKETS) | None = Field(None, description="A bucket a reviewer chose.")
+    disagree: Choice(*YES_NO) | None = Field(None, description="yes: a re-score disagrees with the stored verdict.")
+    rescore: WholeNumber | None = Field(None, description="Only trajectories of this re-score.")
     group: Text(64) | None = Field(None, description="A GRPO group id.")
     task: Text(200) | None = Field(None, description="Exactly this task key.")
     text: Text(200) | None = Field(None, description="Task key contains.")
-    after: Text(2000) | None = Field(None, description="The `next` cursor of the previous page.")
+    after: Cursor | None = Field(None, description="The `next` cursor of the previous page.")
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 100
 
 

@@ -6,11 +6,13 @@ jsonb refuses them (a 500 in the middle of a COPY), a float column holds no infi
 SQLite's JSON and a browser's JSON.parse read them differently. So the dataset import and the
 run import apply the same rule at the boundary: a line that holds a non-finite number anywhere
 is refused with the line's path to that number (`metrics.loss`, `task.tools[0].parameters...`),
-and its dry run and its real import read it the same way because both read through here.
+and its dry run and its real import read it the same way because both read through here. The same
+holds for an integer outside [-2**63, 2**63 - 1]: PostgreSQL's jsonb and bigint refuse it and
+SQLite's JSON turns it into a float, so it is refused with its path too.
 
 `loads` costs what json.loads costs for ordinary lines: `NaN` and `Infinity` go through
 parse_constant, which json calls only for them, and the hook that looks at every number is used
-only when the text holds something that could overflow (a 3-digit exponent or 200 digits in a row).
+only when the text holds something that could overflow (a 3-digit exponent or 19 digits in a row).
 """
 
 from __future__ import annotations
@@ -20,22 +22,48 @@ import math
 import re
 from typing import Any
 
-# A float literal overflows a double only with an exponent of 100 or more or a long run of digits.
-_SUSPECT_TEXT = re.compile(r"[eE]\+?0*[1-9][0-9]{2}|[0-9]{200}")
-_SUSPECT_BYTES = re.compile(rb"[eE]\+?0*[1-9][0-9]{2}|[0-9]{200}")
+# A float literal overflows a double only with an exponent of 100 or more or a long run of digits;
+# an integer leaves 64 bits only with 19 digits or more.
+_SUSPECT_TEXT = re.compile(r"[eE]\+?0*[1-9][0-9]{2}|[0-9]{19}")
+_SUSPECT_BYTES = re.compile(rb"[eE]\+?0*[1-9][0-9]{2}|[0-9]{19}")
 FLOAT_MAX = 1.7976931348623157e308
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class NonFiniteNumber(ValueError):
-    """A number that is NaN, infinite or beyond a double's range; `path` says where it is in the line."""
+    """A number that cannot be stored: NaN, infinite, beyond a double's range, or an integer beyond 64 bits.
+
+    `path` says where it is in the line; the callers (both imports) report it with the line number.
+    """
 
     def __init__(self, path: str, literal: str, value: Any = None):
         self.path = path
         self.literal = literal
         self.value = value  # the parsed line, the refused numbers left in as placeholders
         shown = literal if len(literal) <= 24 else f"{literal[:12]}…({len(literal)} characters)"
-        super().__init__(f"{path} is {shown}, not a finite number: NaN, Infinity and numbers beyond ±1.8e308 "
-                         "cannot be stored; write null or a number in range")
+        if _is_integer_literal(literal) and not _beyond_floats(literal):
+            message = (f"{path} is {shown}, an integer beyond 64 bits: integers from {INT64_MIN} to {INT64_MAX} "
+                       "can be stored; write a smaller number (or a string, for an identifier)")
+        else:
+            message = (f"{path} is {shown}, not a finite number: NaN, Infinity and numbers beyond ±1.8e308 "
+                       "cannot be stored; write null or a number in range")
+        super().__init__(message)
+
+
+def _is_integer_literal(literal: str) -> bool:
+    return literal.lstrip("-").isdigit()
+
+
+def _beyond_floats(literal: str) -> bool:
+    """Whether an integer literal is past ±1.8e308 too (then it is refused as any overflowing number is)."""
+    digits = literal.lstrip("-").lstrip("0")
+    return len(digits) > 309 or (len(digits) == 309 and abs(int(literal)) > FLOAT_MAX)
+
+
+def _int_fits(literal: str) -> bool:
+    """Whether a JSON integer literal lies within 64 bits; decided on the digits, so 5,000 of them cost nothing."""
+    digits = literal.lstrip("-").lstrip("0") or "0"
+    return len(digits) < 19 or (len(digits) <= 20 and INT64_MIN <= int(literal) <= INT64_MAX)
 
 
 class _Bad:
@@ -48,7 +76,8 @@ class _Bad:
 
 
 def loads(text: str | bytes) -> Any:
-    """json.loads for imported lines: NonFiniteNumber (a ValueError) for NaN, ±Infinity and overflowing numbers."""
+    """json.loads for imported lines: NonFiniteNumber (a ValueError) for NaN, ±Infinity, overflowing numbers
+    and integers beyond 64 bits."""
     found: list[_Bad] = []
 
     def constant(name: str) -> _Bad:
@@ -63,9 +92,8 @@ def loads(text: str | bytes) -> Any:
         return found[-1]
 
     def integer(literal: str) -> int | _Bad:
-        value = int(literal)
-        if abs(value) <= FLOAT_MAX:
-            return value
+        if _int_fits(literal):
+            return int(literal)
         found.append(_Bad(literal))
         return found[-1]
 

@@ -185,6 +185,9 @@ class ReviewQueue(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # One name per project (archived queues included), so a name finds one queue; concurrent
+        # creates of one name are decided here, not by the check before the insert.
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="uniq_review_queue_name")]
 
     def __str__(self) -> str:
         return self.name

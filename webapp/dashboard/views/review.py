@@ -275,13 +275,14 @@ def review_create(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_project_or_404(request.user, slug, Role.EDITOR)
     form = _form_from_post(request.POST)
     arguments, errors = _queue_arguments(form)
+    status = 422
     if not errors:
         try:
             queue = queue_create(project=project, actor=request.user, **arguments)
         except ReviewError as exc:
-            errors = _form_errors(exc.errors)
+            errors, status = _form_errors(exc.errors), exc.status  # 409: the name is taken, shown beside it
     if errors:
-        return _render_list(request, project, form=form, errors=errors, notes=[], status=422)
+        return _render_list(request, project, form=form, errors=errors, notes=[], status=status)
     messages.success(request, f"Queue “{queue.name}” created with {queue.size} item{'s' * (queue.size != 1)}.")
     return redirect("dashboard:review_queue", slug=slug, queue_id=queue.pk)
 

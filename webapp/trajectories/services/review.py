@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, Max, Min, OuterRef, Q, QuerySet
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -87,6 +87,14 @@ class ReviewError(ValueError):
         self.errors = errors
         self.status = status
         super().__init__("; ".join(f"{name}: {message}" for name, message in errors.items()))
+
+
+class QueueNameTaken(ReviewError):
+    """The project already has a queue of this name (found first, or lost a race to create it): a 409 on `name`."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__({"name": f"This project already has a review queue named {name!r} (archived queues "
+                                  "count too): choose another name, or open that queue."}, status=409)
 
 
 # ---------------------------------------------------------------------------------------
@@ -326,7 +334,8 @@ def queue_create(
     verdict queues hold one trajectory per item; pair queues hold two samples of one prompt
     (same GRPO group, else same task, run and step) for a preference label. `limit` caps the
     items (pairs for a pair queue). Raises ReviewError naming each bad field (filter
-    parameters as `filter.<name>`), or `filter` when nothing matches.
+    parameters as `filter.<name>`), or `filter` when nothing matches; QueueNameTaken (409)
+    when the project has a queue of that name, also when a concurrent request made it first.
     """
     errors: dict[str, str] = {}
     name = (name or "").strip()
@@ -347,12 +356,20 @@ def queue_create(
     users = _resolve_assignees(project, assignees, errors)
     if errors:
         raise ReviewError(errors)
+    if ReviewQueue.objects.filter(project=project, name=name).exists():
+        raise QueueNameTaken(name)
 
-    queue = ReviewQueue.objects.create(
-        project=project, name=name, kind=kind, filter=flt.as_query(), order=order,
-        reviews_per_item=reviews_per_item, lock_minutes=lock_minutes,
-        created_by=actor if getattr(actor, "is_authenticated", False) else None,
-    )
+    try:
+        with transaction.atomic():  # a savepoint: the unique name decides a race, not the check above
+            queue = ReviewQueue.objects.create(
+                project=project, name=name, kind=kind, filter=flt.as_query(), order=order,
+                reviews_per_item=reviews_per_item, lock_minutes=lock_minutes,
+                created_by=actor if getattr(actor, "is_authenticated", False) else None,
+            )
+    except IntegrityError:
+        if ReviewQueue.objects.filter(project=project, name=name).exists():
+            raise QueueNameTaken(name) from None
+        raise
     rng = random.Random(f"review-queue-{queue.pk}")
     rows = filtered_trajectories(project, flt)
     if kind == QueueKind.PAIR:
