@@ -60,12 +60,18 @@ NOT_EXPRESSIBLE = re.compile("|".join([
     # The run config's rules across its fields (training.config._check_cross_field); each field's
     # own type and range is in the document (RUN_CONFIG_SCHEMA).
     r"^config[^:]*: Invalid run config: .*(required|needs|must)",
+    # A verifier's config follows the schema of its kind: the body's `kind` on create, the stored
+    # verifier's on a new version (the registry's schemas are published with the verifier form).
+    r"^config(\.[^:]*)?: (?!Invalid run config)",
+    # The playground takes its task from one of three fields and its output from one of three.
+    r"Send `task`, `task_id` or `trajectory_id`|Send `output`, `turns` or `trajectory_id`",
     # What the project's data holds: a filter that matches no trajectory, a metric a run never recorded.
     r"No trajectories match this filter|No task has two samples under this filter",
     r"which this run has not recorded",
     r"the filter matches no task",
     r"fewer than two evaluation runs",
     r"exists already",  # a dataset name another request took (also a race between two creates)
+    r"already has a verifier named",  # the same, for a verifier name
     r"No stored outputs",  # the project has no evaluated outputs yet
 ]))
 
@@ -91,15 +97,8 @@ def positive_data_accepted(ctx, response, case):
         raise
 
 
-# Operations whose schemas do not state their rules yet (webapp/api/verifiers.py, changed in
-# parallel): `kind` as an enum and each kind's config schema, "one of task, task_id or
-# trajectory_id", and `method` as an enum. Every other check runs on them; remove each here once its schema says it.
-POSITIVE_CHECK_PENDING = frozenset({
-    "POST /api/projects/{slug}/verifiers",
-    "POST /api/verifiers/{verifier_id}/versions",
-    "POST /api/verifiers/{verifier_id}/versions/{number}/score",
-    "POST /api/verifiers/{verifier_id}/versions/{number}/checks",
-})
+# Operations whose schemas do not state their rules yet; every other check runs on them.
+POSITIVE_CHECK_PENDING: frozenset[str] = frozenset()
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
           positive_data_accepted]

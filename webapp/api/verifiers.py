@@ -13,7 +13,8 @@ from ninja import Field, Router, Schema
 from ninja.responses import Status
 from pydantic import AfterValidator, StringConstraints
 
-from webapp.api.bounds import JsonList, JsonObject, RowId, Text, clean_text
+from environments.registry import VERIFIERS
+from webapp.api.bounds import Choice, JsonList, JsonObject, RowId, Text, clean_text
 from webapp.api.runs import FieldErrorsOut
 from webapp.datasets.models import Task
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
@@ -91,7 +92,8 @@ class VerifierDetailOut(VerifierOut):
 
 class VerifierIn(Schema):
     name: Text(200, min_length=1)
-    kind: Text(64) = Field(description="A registry verifier kind: json_tool_call, workplace, python, llm_judge.")
+    kind: Choice(*VERIFIERS) = Field(description="A registry verifier kind; its config follows that kind's schema "
+                                                 "(GET the registry's schemas from the verifier page's form).")
     description: Description = ""
     config: JsonObject = Field(default_factory=dict, description="Validated against the kind's JSON schema.")
 
@@ -108,7 +110,7 @@ class ScoreIn(Schema):
         None, description="A stored trajectory: its turns are the output, its task the task (unless given).")
     output: OutputText | None = Field(None, description="A model output: one assistant message as text, or turns "
                                                         "as JSON text (see output_format).")
-    output_format: Text(8) = Field("auto", description="auto, text or turns.")
+    output_format: Choice("auto", "text", "turns") = Field("auto", description="auto, text or turns.")
     turns: JsonList | None = Field(None, description="The output as chat turns (instead of `output`).")
     truncated: bool = Field(False, description="The generation hit its token limit.")
 
@@ -139,7 +141,7 @@ class ScoreOut(Schema):
 class CheckIn(Schema):
     size: Annotated[int, Field(ge=CHECK_MIN, le=CHECK_MAX)] = CHECK_DEFAULT
     run_id: RowId | None = Field(None, description="Draw from this run; omitted: from the whole project.")
-    method: Text(16) = Field("random", description="random or stratified (by stored reward).")
+    method: Choice(*SampleMethod.values) = Field("random", description="random or stratified (by stored reward).")
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
 
 
