@@ -29,10 +29,10 @@ from typing import Any
 from environments.cli_output import run_quietly_into_pipes
 from training.config import RUN_CONFIG_SCHEMA, ConfigError, RunConfig, validate_run_config
 from training.distributed import (
+    PEER_LOST,
     SINGLE,
     Rendezvous,
     World,
-    PEER_LOST,
     clear_ranks,
     die_with_parent,
     is_peer_failure,

@@ -38,6 +38,7 @@ from environments.base import Verifier
 from environments.registry import VERIFIERS, canonical_verifier_name, get_verifier
 from environments.types import Task, VerifyResult
 from training.agent_loop import Episode, run_episodes
+from training.distributed import seed_for
 from training.evaluate import evaluate_job, trajectory_fields, verify_episode
 from training.losses import group_advantages_with_stats, policy_loss, soft_overlong_penalty
 from training.models import autocast_context
@@ -48,7 +49,6 @@ from training.rollout import (
     padding_id,
     position_ids_from_mask,
 )
-from training.distributed import seed_for
 from training.runner import (
     MAX_GRAD_NORM,
     Job,

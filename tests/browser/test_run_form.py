@@ -48,17 +48,14 @@ def test_processes_update_the_estimate_and_the_run_page_shows_ranks_and_a_job_th
 ):
     """num_processes in Resources; a cuda job of 4 processes waits on train.gpus4 and says why;
     the ranks a worker reported are listed, their text escaped."""
-    from tests.browser.browser_session import shot, watch
+    from browser_session import login, shot, watch
+
     from webapp.runs.models import Job
 
     project = project_team["project"]
     ModelSpec.objects.create(project=project, name="offline SmolLM2", hf_id="smollm2-135m-instruct")
     seen = watch(page)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", "editor")
-    page.fill("input[name=password]", "pw-editor")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
+    login(page, live_server, "editor")
     page.goto(f"{live_server.url}/p/{project.slug}/runs/new/")
     page.click("text=CPU quick GRPO on SmolLM2-135M")
     assert page.locator("[data-estimate='processes']").inner_text() == "1"

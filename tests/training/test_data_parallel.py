@@ -21,7 +21,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from training.distributed import Rendezvous, read_heartbeats, seed_for, shard_range, torchrun_command
+from training.distributed import (
+    Rendezvous,
+    read_heartbeats,
+    seed_for,
+    shard_range,
+    torchrun_command,
+)
 from training.events import read_events
 
 REPO = Path(__file__).resolve().parents[2]
