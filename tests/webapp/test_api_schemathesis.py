@@ -65,6 +65,11 @@ NOT_EXPRESSIBLE = re.compile("|".join([
     r"^config(\.[^:]*)?: (?!Invalid run config)",
     # The playground takes its task from one of three fields and its output from one of three.
     r"Send `task`, `task_id` or `trajectory_id`|Send `output`, `turns` or `trajectory_id`",
+    # What this server holds: a model id that is also a folder of its working directory, a .gguf
+    # name that climbs out of its folder, a verifier that calls a URL (a saved verifier's job).
+    r"A model folder on this server is a registered model",
+    r"'model_gguf_file' must be the file's name inside the model's folder",
+    r"calls a URL, so a run config cannot set it up",
     # What the project's data holds: a filter that matches no trajectory, a metric a run never recorded.
     r"No trajectories match this filter|No task has two samples under this filter",
     r"which this run has not recorded",

@@ -257,6 +257,7 @@ def test_in_a_training_process_the_judge_reads_the_secret_its_worker_passed(judg
     from environments.llm_judge import environ_secret
 
     monkeypatch.setenv("CRUCIBLE_JUDGE_SECRET_JUDGE", "sk-from-worker")
+    monkeypatch.setenv("CRUCIBLE_JUDGE_ALLOW_LOOPBACK", "true")  # a training process reads its policy from here
     config = _config(_local(judge_server), api_key_secret="JUDGE")
     result = LLMJudgeVerifier(config, secrets=environ_secret).verify(Task(id="t", messages=TASK["messages"]),
                                                                      Trajectory(turns=[]))

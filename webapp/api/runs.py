@@ -36,7 +36,7 @@ from webapp.runs.selectors import (
     run_list,
 )
 from webapp.runs.series import DEFAULT_BUCKETS
-from webapp.runs.services.run_config import ConfigError, config_error_field, run_create
+from webapp.runs.services.run_config import PATH_KEYS, QUEUE_REFERENCE, ConfigError, config_error_field, run_create
 from webapp.runs.services.runs import RunActionError, run_cancel, run_retry
 
 router = Router(tags=["runs"])
@@ -60,8 +60,31 @@ class RefIn(Schema):
     version: Count | None = Field(None, description="A version number; omitted: the latest.")
 
 
-# The run config's own schema, stated where the API takes a config (its keys and each key's values).
-RUN_CONFIG_DOCUMENTED = copy.deepcopy({key: RUN_CONFIG_SCHEMA[key] for key in ("properties", "additionalProperties")})
+def _request_config_schema() -> dict:
+    """The run config's own schema, as a request may fill it: its keys and each key's values.
+
+    A path never comes from a request (webapp.runs.services.run_config.PATH_KEYS): dataset,
+    init_checkpoint and reviewed_trajectories may only be null there, preference_pairs names a
+    review queue, and model_gguf_file is a .gguf file's name.
+    """
+    documented = copy.deepcopy({key: RUN_CONFIG_SCHEMA[key] for key in ("properties", "additionalProperties")})
+    properties = documented["properties"]
+    for key, instead in PATH_KEYS.items():
+        if key == "preference_pairs":
+            properties[key] = {"anyOf": [{"type": "null"}, {"type": "string", "pattern": REVIEW_QUEUE_REFERENCE}],
+                               "description": f"A review queue of this project as \"review_queue:<id>\": {instead}."}
+        else:
+            properties[key] = {"type": "null", "description": f"Not from a request: {instead}."}
+    gguf = properties.get("model_gguf_file")
+    if gguf is not None:
+        properties["model_gguf_file"] = {**gguf, "anyOf": [{"type": "null"},
+                                                           {"type": "string", "pattern": GGUF_FILE_NAME}]}
+    return documented
+
+
+REVIEW_QUEUE_REFERENCE = QUEUE_REFERENCE.pattern
+GGUF_FILE_NAME = r"^[^/~\\\u0000][^\u0000]*\.[gG][gG][uU][fF]$"
+RUN_CONFIG_DOCUMENTED = _request_config_schema()
 
 
 class RunIn(Schema):
