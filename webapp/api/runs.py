@@ -36,7 +36,13 @@ from webapp.runs.selectors import (
     run_list,
 )
 from webapp.runs.series import DEFAULT_BUCKETS
-from webapp.runs.services.run_config import PATH_KEYS, QUEUE_REFERENCE, ConfigError, config_error_field, run_create
+from webapp.runs.services.run_config import (
+    PATH_KEYS,
+    QUEUE_REFERENCE,
+    ConfigError,
+    config_error_field,
+    run_create,
+)
 from webapp.runs.services.runs import RunActionError, run_cancel, run_retry
 
 router = Router(tags=["runs"])
