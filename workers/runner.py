@@ -171,7 +171,7 @@ def _execute(ctx: JobContext, job: Job) -> str:
 
 def _finish_quietly(fn, ctx: JobContext, outcome: str, **kwargs) -> str:
     try:
-        fn(job_id=ctx.job_id, attempt=ctx.attempt, log_tail=ctx.log_tail(), **kwargs)
+        fn(job_id=ctx.job_id, attempt=ctx.attempt, log_tail=ctx.log_tail(), processes=ctx.processes, **kwargs)
     except job_services.StaleAttempt:
         return "stale"
     return outcome

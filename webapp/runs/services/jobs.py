@@ -182,7 +182,8 @@ def _process_row(beat: dict) -> dict:
             "step": None if number("step") is None else int(number("step")), "time": number("time")}
 
 
-def _finish(job_id: int, attempt: int, state: str, *, error: str = "", log_tail: str | None = None) -> Job:
+def _finish(job_id: int, attempt: int, state: str, *, error: str = "", log_tail: str | None = None,
+            processes: list[dict] | None = None) -> Job:
     now = timezone.now()
     with transaction.atomic():
         job = _fenced(job_id, attempt).select_for_update().first()
@@ -196,8 +197,11 @@ def _finish(job_id: int, attempt: int, state: str, *, error: str = "", log_tail:
             job.progress = 1.0
         if log_tail is not None:
             job.log_tail = log_tail[-LOG_TAIL_CHARS:]
+        if processes is not None:  # a short job may end between two heartbeats: keep its ranks
+            job.processes = [_process_row(p) for p in processes[:256]]
         job.history = [*job.history, _history_entry(job, state, error, now)]
-        job.save(update_fields=["state", "finished_at", "lease_expires_at", "error", "progress", "log_tail", "history"])
+        job.save(update_fields=["state", "finished_at", "lease_expires_at", "error", "progress", "log_tail", "history",
+                                "processes"])
         _sync_run_status(job)
     return job
 
@@ -212,17 +216,20 @@ def job_record_result(*, job_id: int, attempt: int, result: dict) -> None:
         job.save(update_fields=["payload"])
 
 
-def job_succeed(*, job_id: int, attempt: int, log_tail: str | None = None) -> Job:
-    return _finish(job_id, attempt, JobState.SUCCEEDED, log_tail=log_tail)
+def job_succeed(*, job_id: int, attempt: int, log_tail: str | None = None, processes: list[dict] | None = None) -> Job:
+    return _finish(job_id, attempt, JobState.SUCCEEDED, log_tail=log_tail, processes=processes)
 
 
-def job_fail(*, job_id: int, attempt: int, error: str, log_tail: str | None = None) -> Job:
-    return _finish(job_id, attempt, JobState.FAILED, error=error, log_tail=log_tail)
+def job_fail(*, job_id: int, attempt: int, error: str, log_tail: str | None = None,
+             processes: list[dict] | None = None) -> Job:
+    return _finish(job_id, attempt, JobState.FAILED, error=error, log_tail=log_tail, processes=processes)
 
 
-def job_mark_cancelled(*, job_id: int, attempt: int, log_tail: str | None = None) -> Job:
+def job_mark_cancelled(*, job_id: int, attempt: int, log_tail: str | None = None,
+                       processes: list[dict] | None = None) -> Job:
     """The worker stopped the work after a cancel request."""
-    return _finish(job_id, attempt, JobState.CANCELLED, error="cancelled on request", log_tail=log_tail)
+    return _finish(job_id, attempt, JobState.CANCELLED, error="cancelled on request", log_tail=log_tail,
+                   processes=processes)
 
 
 def job_request_cancel(*, job: Job) -> Job:
