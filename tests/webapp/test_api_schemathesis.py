@@ -54,6 +54,7 @@ NOT_EXPRESSIBLE = re.compile("|".join([
     r"^file: ",
     # Rules across two fields or parameters (OpenAPI's parameters are independent of each other).
     r"Give both a and b",
+    r"a and b are the same run",
     r"must not be below step_min",
     r"a template is either trained on or held out",
     r"choose at least one template",
@@ -77,7 +78,9 @@ NOT_EXPRESSIBLE = re.compile("|".join([
     r"fewer than two evaluation runs",
     r"exists already",  # a dataset name another request took (also a race between two creates)
     r"already has a verifier named",  # the same, for a verifier name
-    r"No stored outputs",  # the project has no evaluated outputs yet
+    r"No stored outputs",
+    r"Nothing to move: every task the filter matches is in",  # the tasks are in that split already
+    r"This trajectory has no stored task",  # what the stored row holds  # the project has no evaluated outputs yet
 ]))
 
 

@@ -14,8 +14,9 @@ from ninja.responses import Status
 from pydantic import AfterValidator, StringConstraints
 
 from environments.registry import VERIFIERS
-from webapp.api.bounds import Choice, JsonList, JsonObject, RowId, Text, clean_text
+from webapp.api.bounds import Choice, JsonObject, RowId, Text, clean_text
 from webapp.api.runs import FieldErrorsOut
+from webapp.api.schemas import CHAT_TURN_SCHEMA
 from webapp.datasets.models import Task
 from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
 from webapp.projects.models import Role
@@ -111,7 +112,8 @@ class ScoreIn(Schema):
     output: OutputText | None = Field(None, description="A model output: one assistant message as text, or turns "
                                                         "as JSON text (see output_format).")
     output_format: Choice("auto", "text", "turns") = Field("auto", description="auto, text or turns.")
-    turns: JsonList | None = Field(None, description="The output as chat turns (instead of `output`).")
+    turns: list[JsonObject] | None = Field(None, min_length=1, json_schema_extra={"items": CHAT_TURN_SCHEMA},
+                                           description="The output as chat turns (instead of `output`).")
     truncated: bool = Field(False, description="The generation hit its token limit.")
 
 
