@@ -3,6 +3,7 @@
     python bench/data_parallel.py                       # SmolLM2-135M on the CPU, 1 and 2 processes
     python bench/data_parallel.py --model tiny --steps 3  # a tiny random model: checks the script runs
     python bench/data_parallel.py --device cuda --model smollm2-shape --processes 1 2 4
+    python bench/data_parallel.py --model tiny --parallel fsdp   # the base sharded over the ranks
 
 Each run is what a person or a worker starts, `python -m training run` with num_processes N
 (torchrun is launched by it), on the same config otherwise: --prompts x --generations per
@@ -12,11 +13,16 @@ generated tokens per second over the steps after the first (compilation and cach
 up in step 1), the speed-up over 1 process, and the config. Models: tiny,
 smollm2-shape and qwen2.5-1.5b-shape are random weights of that shape (as in
 `python -m training gpu-check`), smollm2 the offline SmolLM2-135M-Instruct, or a folder.
+--parallel sets the config's `parallel` for the runs of more than one process (auto, ddp or
+fsdp; 1 process is the same either way).
 
 What limits the speed-up (docs/benchmarks.md): every rank waits for the slowest rank's
 generation (a group that writes long completions holds the step), then for the gather of
 the rollouts (a few MB of token ids) and one all-reduce of the LoRA gradients; on a CPU the
-ranks also share the memory bandwidth and cores (--threads per process).
+ranks also share the memory bandwidth and cores (--threads per process). fsdp adds an
+all-gather of every layer's weights per forward pass (and again in backward), and every
+rank steps through generation until the slowest rank's rows are done (synced_gpus), without
+the shared prompt prefill of ddp's generation.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 def run_config(model: str, tasks: Path, args: argparse.Namespace, processes: int) -> dict[str, Any]:
     return {"kind": "grpo", "model": model, "dataset": str(tasks), "environment": "json_tool_call",
-            "device": args.device, "num_processes": processes, "max_steps": args.steps,
+            "device": args.device, "num_processes": processes, "parallel": args.parallel, "max_steps": args.steps,
             "num_prompts_per_step": args.prompts, "num_generations_per_prompt": args.generations,
             "max_completion_length": args.completion,
             "micro_batch_size": args.micro_batch or math.gcd(args.prompts * args.generations, 8),
@@ -91,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2", help="tiny | smollm2-shape | qwen2.5-1.5b-shape | smollm2 | PATH")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--parallel", default="auto", choices=["auto", "ddp", "fsdp"],
+                        help="how several processes share the work (the run config's parallel)")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--generations", type=int, default=8)
@@ -113,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             threads = args.threads or max(1, (os.cpu_count() or 1) // processes)
             results[processes] = measure(run_config(model, tasks, args, processes), root / f"p{processes}", threads)
             print(f"{processes} process(es): {results[processes]['step_seconds']:.2f} s/step", file=sys.stderr)
-    print(f"model {args.model}, device {args.device}, {args.prompts} prompts x {args.generations} generations, "
+    print(f"model {args.model}, device {args.device}, parallel {args.parallel}, "
+          f"{args.prompts} prompts x {args.generations} generations, "
           f"{args.completion} tokens, {args.steps} steps (median of steps 2..{args.steps}), "
           f"{os.cpu_count()} cores")
     print(table(results))

@@ -2,12 +2,12 @@
 
 - Import: a Crucible JSONL file of --rows json_tool_call tasks (the workplace generator's
   single-write requests, each row made unique by its request text: about 4.5 KB a row with its
-  3-6 tool schemas) goes through webapp.datasets.imports as the page, the API and
+  3-6 tool schemas) goes through webapp.datasets.services.imports as the page, the API and
   `manage.py import_tasks` do: the validation report (`import_check`, nothing written), then
   "create version" (`import_create`: the file read again, every row validated, hashed,
   deduplicated and inserted in one transaction, the trigram search index maintained).
 - Export: a version of --export-tasks tasks (filled with COPY, the same kind of rows) is
-  streamed as Crucible JSONL and as NeMo Gym JSONL through webapp.datasets.exports (what the
+  streamed as Crucible JSONL and as NeMo Gym JSONL through webapp.datasets.selectors.exports (what the
   download and the API stream), in a child process that reports the rows/s and its peak
   resident memory above what it held before the export began.
 
@@ -131,7 +131,7 @@ def fill_tasks(dataset, count: int, say) -> float:
     from django.db import connection
 
     from webapp.datasets.models import Task, search_text_of
-    from webapp.datasets.services import task_content_hash, version_stats
+    from webapp.datasets.services.datasets import task_content_hash, version_stats
 
     bases = model_tasks()
     columns = ("dataset_id", "external_id", "messages", "tools", "ground_truth", "category", "split", "source",
@@ -174,8 +174,8 @@ def rss_mb() -> float:
 def child_export(dataset_id: int, fmt: str) -> None:
     """Run in a fresh process: stream the export to nowhere and report rows/s and memory (resident memory
     when the export starts and the most it reached, sampled every block of lines)."""
-    from webapp.datasets.exports import export_lines
     from webapp.datasets.models import TaskDataset
+    from webapp.datasets.selectors.exports import export_lines
 
     dataset = TaskDataset.objects.get(pk=dataset_id)
     before = highest = rss_mb()
@@ -205,9 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
-    from webapp.datasets.imports import import_check, import_create, import_target
     from webapp.datasets.models import TaskDataset
-    from webapp.projects.services import project_create
+    from webapp.datasets.services.imports import import_check, import_create, import_target
+    from webapp.projects.services.projects import project_create
 
     call_command("migrate", verbosity=0)
     owner = get_user_model().objects.create_user(username="bench-owner", password=secrets.token_urlsafe(16))

@@ -29,7 +29,7 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from training.events import EventWriter, read_events  # noqa: E402
-from webapp.projects.services import project_create  # noqa: E402
+from webapp.projects.services.projects import project_create  # noqa: E402
 from webapp.runs.models import Run  # noqa: E402
 from webapp.runs.services.ingest import EventIngestor  # noqa: E402
 from webapp.trajectories.models import Trajectory  # noqa: E402

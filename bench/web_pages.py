@@ -386,16 +386,16 @@ def fill(sizes: Sizes, say) -> dict:
     from django.contrib.auth import get_user_model
 
     from webapp.datasets.models import TaskDataset
-    from webapp.datasets.services import dataset_create
+    from webapp.datasets.services.datasets import dataset_create
     from webapp.projects.models import Role
-    from webapp.projects.services import membership_add, project_create
+    from webapp.projects.services.projects import membership_add, project_create
     from webapp.runs.models import Checkpoint, ModelSpec
     from webapp.runs.services import jobs as job_services
     from webapp.runs.services.ingest import EventIngestor
     from webapp.runs.services.promotion import checkpoint_promote
-    from webapp.runs.services.run_config import run_create
+    from webapp.runs.services.run_config import run_config_check, run_create
     from webapp.runs.services.workers import worker_register
-    from webapp.verifiers.services import verifier_create, verifier_update_config
+    from webapp.verifiers.services.verifiers import verifier_create, verifier_update_config
 
     datasets_io = load_datasets_io()
     users = get_user_model().objects
@@ -430,8 +430,9 @@ def fill(sizes: Sizes, say) -> dict:
         kind = "eval" if i == sizes.runs - 1 else kind  # at least one eval run, whatever --runs is
         config = {"learning_rate": [1e-4, 5e-5, 2e-5][i % 3]} if kind != "eval" else {}
         links = {"dataset": eval_dataset, "verifier_version": version} if kind == "eval" else {}
-        run, job = run_create(project=project, name=f"{kind}-{i:03d}-lr{config.get('learning_rate', 0):g}",
-                              kind=kind, config=config, actor=owner, model=model, **links)
+        checked = run_config_check(config, project=project, kind=kind, model=model, **links)
+        run, job = run_create(name=f"{kind}-{i:03d}-lr{config.get('learning_rate', 0):g}", checked=checked,
+                              actor=owner)
         claimed = job_services.job_claim(job_id=job.pk, worker=f"gpu@bench-{i % 3}")
         job_services.job_mark_running(job_id=job.pk, attempt=claimed.attempt)
         ingestor = EventIngestor(run, attempt=claimed.attempt)
@@ -550,8 +551,8 @@ def fill_check_and_rescore(project, owner, version) -> None:
     rescore of that run with the version, executed as its job would be."""
     from webapp.runs.models import Run, RunKind
     from webapp.runs.services import jobs as job_services
-    from webapp.trajectories.services.rescore import rescore_execute, rescore_start
-    from webapp.verifiers.checks import (
+    from webapp.runs.services.rescore import rescore_execute, rescore_start
+    from webapp.trajectories.services.sanity_checks import (
         CHECK_DEFAULT,
         check_create,
         check_label,
@@ -782,9 +783,9 @@ def runs_plan(client, project, long_run) -> list[tuple[str, str, str, dict]]:
 def deep_trajectory_cursor(project) -> tuple[int, str]:
     """The list's cursor about 999,000 rows in (where OFFSET used to cost half a second), made
     from the row there, as if someone had followed `next` that far."""
-    from webapp.api.pagination import encode_cursor
+    from webapp.common.pagination import encode_cursor
     from webapp.trajectories.models import Trajectory
-    from webapp.trajectories.selectors import TRAJECTORY_ORDERING
+    from webapp.trajectories.selectors.trajectories import TRAJECTORY_ORDERING
 
     total = Trajectory.objects.filter(project=project).count()
     depth = max(0, min(total - 100, 999_000))
@@ -885,9 +886,9 @@ def dataset_plan(project) -> list[tuple[str, str, str, dict]]:
     export (to its first block) and the API."""
     from urllib.parse import quote
 
-    from webapp.api.pagination import encode_cursor
+    from webapp.common.pagination import encode_cursor
     from webapp.datasets.models import Task, TaskDataset
-    from webapp.datasets.selectors import TASK_ORDERING
+    from webapp.datasets.selectors.datasets import TASK_ORDERING
 
     dataset = TaskDataset.objects.get(project=project, name=DATASET_NAME)
     size = Task.objects.filter(dataset=dataset).count()

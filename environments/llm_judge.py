@@ -229,47 +229,49 @@ class JudgePolicy:
 
     # -- hosts and addresses ------------------------------------------------------------
 
-    def target(self, url: str) -> Target:
-        """base_url's scheme, host and port after the checks that need no DNS; PolicyError says why not."""
+    def target(self, url: str, *, who: str = "judge", field: str = "base_url") -> Target:
+        """The URL's scheme, host and port after the checks that need no DNS; PolicyError says why not.
+
+        `who` and `field` name the caller in messages: a judge's base_url, a webhook's url."""
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https"):
-            raise PolicyError(f"base_url must start with http:// or https://, got {url[:100]!r}")
+            raise PolicyError(f"{field} must start with http:// or https://, got {url[:100]!r}")
         if parts.username is not None or parts.password is not None:
-            raise PolicyError("base_url must not hold a user name or password; "
-                              "use api_key_env for the judge's key")
+            raise PolicyError(f"{field} must not hold a user name or password"
+                              + ("; use api_key_env for the judge's key" if who == "judge" else ""))
         try:
             port = parts.port or (443 if parts.scheme == "https" else 80)
         except ValueError:
-            raise PolicyError(f"base_url has an invalid port: {url[:100]!r}") from None
+            raise PolicyError(f"{field} has an invalid port: {url[:100]!r}") from None
         host = (parts.hostname or "").rstrip(".")
         if not host:
-            raise PolicyError(f"base_url has no host: {url[:100]!r}")
+            raise PolicyError(f"{field} has no host: {url[:100]!r}")
         address = _literal_address(host)
         if self.allowed_hosts and not any(r.matches_host(host, address, port) for r in self.allowed_hosts):
-            raise PolicyError(f"the judge host {_host_port(host, port)} is not allowed by the operator "
-                              f"({ALLOWED_HOSTS_VAR} lists the hosts judges may reach); use a listed host "
+            raise PolicyError(f"the {who} host {_host_port(host, port)} is not allowed by the operator "
+                              f"({ALLOWED_HOSTS_VAR} lists the hosts judges and webhooks may reach); use a listed host "
                               "or ask the operator to add it")
         if address is not None:
-            self.check_address(host, address)
+            self.check_address(host, address, who=who)
         elif host == "localhost" or host.endswith(".localhost"):
-            self.check_address(host, ipaddress.ip_address("127.0.0.1"))
+            self.check_address(host, ipaddress.ip_address("127.0.0.1"), who=who)
         return Target(scheme=parts.scheme, host=host, port=port)
 
-    def check_address(self, host: str, address: IPAddress) -> None:
-        """PolicyError unless the judge may connect to `address` (what `host` resolved to)."""
-        problem = self.address_problem(address)
+    def check_address(self, host: str, address: IPAddress, *, who: str = "judge") -> None:
+        """PolicyError unless the judge (or webhook) may connect to `address` (what `host` resolved to)."""
+        problem = self.address_problem(address, who=who)
         if problem:
             shown = str(address) if host == str(address) else f"{host} ({address})"
-            raise PolicyError(f"the judge host {shown} is {problem}")
+            raise PolicyError(f"the {who} host {shown} is {problem}")
 
-    def address_problem(self, address: IPAddress) -> str | None:
+    def address_problem(self, address: IPAddress, *, who: str = "judge") -> str | None:
         plain = _embedded_ipv4(address)
         if plain in METADATA_ADDRESSES or address in METADATA_ADDRESSES:
-            return "a cloud metadata address, which a judge may never reach"
+            return f"a cloud metadata address, which a {who} may never reach"
         if plain.is_link_local:
-            return "a link-local address (where cloud metadata services live), which a judge may never reach"
+            return f"a link-local address (where cloud metadata services live), which a {who} may never reach"
         if plain.is_unspecified or plain.is_multicast:
-            return "not an address a judge can be reached at"
+            return f"not an address a {who} can be reached at"
         if plain.is_loopback:
             if self.allow_loopback:
                 return None
@@ -278,28 +280,28 @@ class JudgePolicy:
         if any(r.network is not None and plain in r.network for r in self.allowed_hosts):
             return None
         if not plain.is_global:
-            return (f"a private or internal address; the operator allows an internal judge by listing its "
+            return (f"a private or internal address; the operator allows an internal {who} by listing its "
                     f"address or network in {ALLOWED_HOSTS_VAR}")
         return None
 
-    def resolve(self, target: Target) -> list[str]:
+    def resolve(self, target: Target, *, who: str = "judge") -> list[str]:
         """Every address the host resolves to, each checked; the connection goes to these, not to a new lookup."""
         try:
             infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
         except (socket.gaierror, UnicodeError) as exc:
-            raise JudgeError("unreachable", f"the judge host {target.host} does not resolve ({exc}); "
-                                            "check base_url") from exc
+            raise JudgeError("unreachable", f"the {who} host {target.host} does not resolve ({exc}); "
+                                            "check its URL") from exc
         addresses: list[str] = []
         for *_, sockaddr in infos:
             address = ipaddress.ip_address(sockaddr[0].split("%", 1)[0])
             try:
-                self.check_address(target.host, address)
+                self.check_address(target.host, address, who=who)
             except PolicyError as exc:
                 raise JudgeError("refused_host", str(exc)) from None
             if sockaddr[0] not in addresses:
                 addresses.append(sockaddr[0])
         if not addresses:
-            raise JudgeError("unreachable", f"the judge host {target.host} has no address; check base_url")
+            raise JudgeError("unreachable", f"the {who} host {target.host} has no address; check its URL")
         return addresses
 
 
@@ -670,6 +672,35 @@ class _PinnedHTTPSConnection(http.client.HTTPSConnection):
     def connect(self) -> None:
         sock = socket.create_connection((self._address, self.port), self.timeout)
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+def post_to_checked_host(policy: JudgePolicy, url: str, body: bytes, headers: Mapping[str, str], *,
+                         timeout: float, who: str, limit: int = 65536) -> tuple[int, bytes]:
+    """POST `body` to `url` the way a judge call goes out: the policy's checks, DNS resolved once and
+    every address checked, the connection pinned to a checked address, one deadline for all of it.
+
+    Returns the HTTP status and at most `limit` bytes of the answer. PolicyError: the URL is refused;
+    JudgeError: the host does not resolve or resolves somewhere refused; OSError/TimeoutError: the
+    connection failed. Used by webhooks, which follow the same SSRF rule as judge endpoints.
+    """
+    target = policy.target(url, who=who, field="url")
+    addresses = policy.resolve(target, who=who)
+    parts = urllib.parse.urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    deadline = time.monotonic() + timeout
+    connection = _connect(target, addresses, timeout)
+    try:
+        sock = connection.sock
+        connection.request("POST", path, body=body, headers={"Content-Length": str(len(body)), **headers})
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        response = connection.getresponse()
+        try:
+            raw = response.read(limit)
+        finally:
+            response.close()
+        return response.status, raw
+    finally:
+        connection.close()
 
 
 def _connect(target: Target, addresses: list[str], timeout: float) -> http.client.HTTPConnection:

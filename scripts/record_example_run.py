@@ -5,10 +5,10 @@
 
 --record runs `scripts/cpu_recipe.py` with RECIPE_FLAGS (the recipe's own stages, fewer steps
 and tasks than its headline run so it records in well under an hour). Then every stage folder
-is packed into webapp/projects/example_run/cpu-recipe-example.tar.xz with only what the import
+is packed into webapp/runs/services/example_run_archive/cpu-recipe-example.tar.xz with only what the import
 reads (events.jsonl, run.json, each checkpoint's COMPLETE marker and run_config.json: no
 weights), and manifest.json records the flags, the date and each stage's final metrics.
-`crucible_setup` imports it into the demo project (webapp/projects/example_run.py).
+`crucible_setup` imports it into the demo project (webapp/runs/services/example_run.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from training.checkpoints import CHECKPOINTS_DIR, COMPLETE_MARKER  # noqa: E402
 from training.events import EVENTS_FILE  # noqa: E402
 
-OUT_DIR = REPO / "webapp" / "projects" / "example_run"
+OUT_DIR = REPO / "webapp" / "runs" / "services" / "example_run_archive"
 ARCHIVE = OUT_DIR / "cpu-recipe-example.tar.xz"
 STAGES = ("baseline", "sft", "grpo", "sft_held_out", "grpo_held_out", "sft_validation", "grpo_validation")
 RECIPE_FLAGS = ["--train-tasks", "400", "--validation-tasks", "20", "--held-out", "60", "--novel-pairs", "0",

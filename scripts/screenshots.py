@@ -128,13 +128,17 @@ def seed(password: str) -> dict:
     from django.contrib.auth import get_user_model
     from pipeline_data import make_pipeline_project, make_pipeline_run
 
-    from webapp.projects.demo import DEMO_SLUG
     from webapp.projects.models import Project
     from webapp.runs.models import Checkpoint
+    from webapp.runs.services.demo import DEMO_SLUG
     from webapp.runs.services.promotion import alias_move
     from webapp.trajectories.models import Trajectory
     from webapp.trajectories.services.review import queue_claim_next, queue_create, review_save
-    from webapp.verifiers.checks import check_create, check_label, check_score_pending
+    from webapp.trajectories.services.sanity_checks import (
+        check_create,
+        check_label,
+        check_score_pending,
+    )
 
     owner = get_user_model().objects.get(username=USERNAME)
     owner.set_password(password)
@@ -199,8 +203,8 @@ def seed(password: str) -> dict:
 
 def example_ids(project, seeded: dict) -> dict:
     """The example run's pages (crucible_setup imported it); the seeded runs stand in without it."""
-    from webapp.projects.example_run import EXAMPLE_QUEUE, STAGES
     from webapp.runs.models import Run
+    from webapp.runs.services.example_run import EXAMPLE_QUEUE, STAGES
     from webapp.trajectories.models import ReviewQueue, Trajectory
 
     runs = {r.name: r for r in Run.objects.filter(project=project, name__in=STAGES.values())}

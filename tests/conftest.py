@@ -20,7 +20,7 @@ def make_user(django_user_model):
 @pytest.fixture
 def project_team(db, make_user):
     """A project with one member per role, plus an outsider who belongs to another project."""
-    from webapp.projects.services import membership_set_role, project_create
+    from webapp.projects.services.projects import membership_set_role, project_create
 
     owner = make_user("owner")
     project = project_create(name="Acme agents", owner=owner)
@@ -37,7 +37,7 @@ def project_team(db, make_user):
 @pytest.fixture
 def bearer(project_team):
     """Authorization headers for a role of `project_team` (one API token per role, issued on first use)."""
-    from webapp.projects.services import api_token_issue
+    from webapp.projects.services.projects import api_token_issue
 
     tokens: dict[str, str] = {}
 

@@ -16,7 +16,7 @@ from environments.types import Trajectory as EnvTrajectory
 from webapp.runs.models import Run
 from webapp.runs.services import jobs as js
 from webapp.runs.services.ingest import EventIngestor
-from webapp.runs.services.run_config import run_create
+from webapp.runs.services.run_config import run_config_check, run_create
 
 
 def _event(task, pick: int, *, step: int, split: str, hostile: bool) -> dict:
@@ -33,8 +33,9 @@ def eval_run_with_first_samples(project, actor, setup, name: str, picks: list[in
                                 split: str = "held_out", hostile: bool = False) -> Run:
     """An evaluation run (kind eval) in which task i answered completion picks[i], once."""
     dataset, verifier, model = setup
-    run, job = run_create(project=project, name=name, kind="eval", config={}, actor=actor, model=model,
-                          dataset=dataset, verifier_version=verifier.latest_version)
+    checked = run_config_check({}, project=project, kind="eval", model=model, dataset=dataset,
+                               verifier_version=verifier.latest_version)
+    run, job = run_create(name=name, checked=checked, actor=actor)
     claimed = js.job_claim(job_id=job.pk, worker="test-worker")
     js.job_mark_running(job_id=job.pk, attempt=claimed.attempt)
     tasks = make_tasks(dataset.tasks.count(), hostile)

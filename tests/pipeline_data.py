@@ -15,12 +15,12 @@ import statistics
 from environments.json_tool_call import JsonToolCallVerifier, make_task
 from environments.types import ToolCall, ToolSpec
 from environments.types import Trajectory as EnvTrajectory
-from webapp.datasets.services import dataset_create
+from webapp.datasets.services.datasets import dataset_create
 from webapp.runs.models import ModelSpec, Run
 from webapp.runs.services import jobs as js
 from webapp.runs.services.ingest import EventIngestor
-from webapp.runs.services.run_config import run_create
-from webapp.verifiers.services import verifier_create
+from webapp.runs.services.run_config import run_config_check, run_create
+from webapp.verifiers.services.verifiers import verifier_create
 
 XSS = ['<script>alert(1)</script>', '<img src=x onerror=alert(1)>', '"><svg onload=alert(1)>']
 
@@ -113,8 +113,9 @@ def make_pipeline_run(project, actor, *, name: str = "grpo quick", kind: str = "
                       setup=None, finish: bool = True) -> Run:
     """A run whose trajectories were scored by the real verifier and ingested as a worker would."""
     dataset, verifier, model = setup or make_pipeline_project(project, actor, hostile=hostile)
-    run, job = run_create(project=project, name=name, kind=kind, config={}, actor=actor, model=model,
-                          dataset=dataset, verifier_version=verifier.latest_version)
+    checked = run_config_check({}, project=project, kind=kind, model=model, dataset=dataset,
+                               verifier_version=verifier.latest_version)
+    run, job = run_create(name=name, checked=checked, actor=actor)
     claimed = js.job_claim(job_id=job.pk, worker="test-worker")
     js.job_mark_running(job_id=job.pk, attempt=claimed.attempt)
     tasks = make_tasks(dataset.tasks.count(), hostile)

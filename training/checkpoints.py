@@ -201,6 +201,16 @@ def _ranked_steps(scores: Mapping[int, float | None], mode: str) -> list[int]:
     return [s for s, _ in sorted(scored, key=lambda sv: (sign * sv[1], sv[0]), reverse=True)]
 
 
+def kept_steps(scores: Mapping[int, Any], *, keep_top_k: int, mode: str) -> set[int]:
+    """The retention rule: the best `keep_top_k` finite scores (a later step wins a tie), plus the
+    latest step. Applied save after save it ends where one application to all steps does, so the
+    web app recomputes which folders survive from recorded metrics with this same function."""
+    if not scores:
+        return set()
+    numbers = {s: v for s, v in scores.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    return set(_ranked_steps(numbers, mode)[:keep_top_k]) | {max(scores)}
+
+
 def retain_checkpoints(
     run_dir: str | os.PathLike[str],
     *,
@@ -225,8 +235,8 @@ def retain_checkpoints(
     if scores is None:
         scores = {c.step: c.metrics.get(metric) for c in checkpoints}
     present = {c.step for c in checkpoints}
-    best = [s for s in _ranked_steps(scores, mode) if s in present][:keep_top_k]
-    keep = {*best, checkpoints[-1].step}
+    keep = kept_steps({s: v for s, v in scores.items() if s in present} | {checkpoints[-1].step: scores.get(
+        checkpoints[-1].step)}, keep_top_k=keep_top_k, mode=mode)
     deleted = [c.path for c in checkpoints if c.step not in keep]
     for path in deleted:
         shutil.rmtree(path)

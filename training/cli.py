@@ -77,7 +77,14 @@ def execute(cfg: RunConfig, run_dir: str | Path, events: EventWriter, **override
     from training.runner import build_job
 
     job = build_job(cfg, run_dir, events, **overrides)
-    processes = f", {job.world.size} processes ({cfg.parallel})" if job.world.parallel else ""
+    processes = ""
+    if job.world.parallel:
+        how = job.parallel
+        if job.lockstep:
+            from training.fsdp import sharded_fraction
+
+            how += f", {sharded_fraction(job.model):.0%} of the weights sharded"
+        processes = f", {job.world.size} processes ({how})"
     events.log(
         f"{cfg.kind} job on {job.device} (bf16 autocast {'on' if job.autocast else 'off'}, "
         f"{'LoRA' if job.is_lora else 'full weights'}{processes})"

@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,8 +29,42 @@ Kind = Literal["eval", "sft", "grpo", "dpo"]
 Algorithm = Literal["grpo", "dr_grpo", "dapo", "gspo", "bnpo"]
 
 
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One thing wrong with a run config, as data from where it is found to where it is shown.
+
+    `field` is the key to change ("learning_rate"), a dotted path inside one ("verifier.config",
+    "lora_target_modules.0"), or "" for the config as a whole. A check between two keys blames
+    the one to change and names the other in `message`, which says what to change.
+    """
+
+    field: str
+    message: str
+
+
 class ConfigError(ValueError):
-    """A run config was rejected; the message names the key and says what to change."""
+    """A run config was rejected; `problems` names each field and says what to change.
+
+    `ConfigError("message")` is one problem of the config as a whole, or of `field` when given;
+    str() is every problem's message, in order.
+    """
+
+    def __init__(self, problems: str | Iterable[ConfigProblem], *, field: str = "") -> None:
+        self.problems: tuple[ConfigProblem, ...] = (
+            (ConfigProblem(field, problems),) if isinstance(problems, str) else tuple(problems)
+        )
+        super().__init__("; ".join(problem.message for problem in self.problems))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.problems,))
+
+    def by_field(self) -> dict[str, str]:
+        """{field: message}, a field's several problems in one message."""
+        out: dict[str, str] = {}
+        for problem in self.problems:
+            seen = out.get(problem.field)
+            out[problem.field] = problem.message if seen is None else f"{seen}; {problem.message}"
+        return out
 
 
 def _field(default: Any, description: str, schema: dict[str, Any]) -> Any:
@@ -120,13 +155,21 @@ class RunConfig:
         "process, else runs every process on the CPU.",
         {"type": "integer", "minimum": 1, "maximum": 64},
     )
-    parallel: Literal["ddp"] = _field(
-        "ddp",
-        "How num_processes > 1 share the work: ddp (data parallel: a full replica per "
-        "process, gradients all-reduced once per update). Use it while the model in its "
-        "dtype (base_dtype) fits one device with room for generation; sharding the frozen "
-        "base over processes (FSDP2) is not available yet.",
-        {"enum": ["ddp"]},
+    parallel: Literal["auto", "ddp", "fsdp"] = _field(
+        "auto",
+        "How num_processes > 1 share the work. ddp: data parallel, a full replica of the "
+        "model per process, gradients summed once per update. fsdp: the same data "
+        "parallelism with the model's weights sharded over the processes (PyTorch FSDP2 "
+        "fully_shard, one unit per decoder layer plus the rest): each process holds 1/N of "
+        "the base and gathers one layer at a time, so a base that does not fit one device "
+        "trains; LoRA adapters stay whole on every process, full fine-tuning shards weights, "
+        "gradients and AdamW state too. Every process then runs each forward pass in lock "
+        "step (slower than ddp where ddp fits). auto: ddp for LoRA (and evals) when the frozen "
+        "base in its load dtype (base_dtype) takes at most 70% of one GPU's memory, and for "
+        "full fine-tuning when weights + gradients + AdamW's two moments (4x the weights, plus "
+        "a reference copy when beta > 0 or kind dpo) do; fsdp otherwise. On the CPU auto is "
+        "ddp. With num_processes 1 there is nothing to shard: fsdp runs as one process.",
+        {"enum": ["auto", "ddp", "fsdp"]},
     )
     bf16: Literal["auto"] | bool = _field(
         "auto",
@@ -537,11 +580,21 @@ ADVANCED_FIELDS: frozenset[str] = frozenset({
 })
 
 
+# Defaults that depend on the kind where the field's own default is null: applied by
+# validate_run_config and published as x-kind-defaults (the run form's estimate reads them).
+# kind grpo derives its batch split from the generation batch instead.
+KIND_DEFAULTS: dict[str, dict[str, Any]] = {
+    "micro_batch_size": {"eval": 8, "sft": 8, "dpo": 8},
+    "gradient_accumulation_steps": {"eval": 1, "sft": 1, "dpo": 1},
+}
+
+
 def _layout(name: str) -> dict[str, Any]:
+    by_kind = {"x-kind-defaults": KIND_DEFAULTS[name]} if name in KIND_DEFAULTS else {}
     for group, (kinds, names) in FIELD_GROUPS.items():
         if name in names:
             return {"x-group": group, "x-kinds": list(kinds) if kinds else None,
-                    "x-advanced": name in ADVANCED_FIELDS}
+                    "x-advanced": name in ADVANCED_FIELDS, **by_kind}
     raise ValueError(f"run config field {name!r} has no group in FIELD_GROUPS: add it there")
 
 
@@ -604,11 +657,11 @@ _LEARNING_RATES: dict[tuple[str, str], float] = {
 }
 
 
-def _unknown_key_error(key: str) -> ConfigError:
+def _unknown_key_problem(key: str) -> ConfigProblem:
     close = difflib.get_close_matches(key, ALLOWED_KEYS, n=1)
     hint = f"; did you mean '{close[0]}'?" if close else ""
-    return ConfigError(
-        f"unknown key '{key}' in run config (allowed: {', '.join(ALLOWED_KEYS)}){hint}"
+    return ConfigProblem(
+        key, f"unknown key '{key}' in run config (allowed: {', '.join(ALLOWED_KEYS)}){hint}"
     )
 
 
@@ -670,34 +723,48 @@ def _describe_schema_error(error: Any) -> str:
     return f"'{key}' {_constraint_phrase(error)}, {got}"
 
 
-def _check_schema(data: dict[str, Any]) -> None:
-    for key in data:
-        if key not in ALLOWED_KEYS:
-            raise _unknown_key_error(str(key))
-    errors = sorted(_VALIDATOR.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        raise ConfigError(_describe_schema_error(errors[0]))
+def _schema_problems(data: dict[str, Any]) -> list[ConfigProblem]:
+    """Every unknown key and every schema violation, each under its key's path."""
+    problems = [_unknown_key_problem(str(key)) for key in data if key not in ALLOWED_KEYS]
+    known = {key: value for key, value in data.items() if key in ALLOWED_KEYS}
+    errors = sorted(_VALIDATOR.iter_errors(known), key=lambda e: list(map(str, e.absolute_path)))
+    return problems + [_schema_problem(error) for error in errors]
 
 
-def _resolve_kind(data: dict[str, Any]) -> str:
+def _schema_problem(error: Any) -> ConfigProblem:
+    """A jsonschema error as a problem of the path the described error is at."""
+    if error.validator == "anyOf":
+        broken = [e for e in error.context if e.validator not in ("type", "const")]
+        if broken:
+            return _schema_problem(broken[0])
+    path = ".".join(str(part) for part in error.absolute_path)
+    return ConfigProblem(path, _describe_schema_error(error))
+
+
+def _kind_problem(data: dict[str, Any]) -> ConfigProblem | None:
     kind = data.get("kind")
     algorithm = data.get("algorithm")
     if kind is None and algorithm is None:
-        raise ConfigError(
+        return ConfigProblem(
+            "kind",
             "run config needs 'kind' (eval, sft, grpo or dpo) or 'algorithm' (which implies "
-            "kind grpo)"
+            "kind grpo)",
         )
-    if kind is None:
-        return "grpo"
-    if algorithm is not None and kind != "grpo":
-        raise ConfigError(f"'algorithm' applies to kind grpo only; remove it for kind {kind!r}")
-    return kind
+    if algorithm is not None and kind not in (None, "grpo"):
+        return ConfigProblem(
+            "algorithm", f"'algorithm' applies to kind grpo only; remove it for kind {kind!r}"
+        )
+    return None
+
+
+def _verifier_problem(data: dict[str, Any]) -> ConfigProblem | None:
+    if data.get("verifier") is not None and data.get("reward") is not None:
+        return ConfigProblem("reward", "give either 'verifier' or its alias 'reward', not both")
+    return None
 
 
 def _resolve_verifier(data: dict[str, Any]) -> VerifierSpec | None:
     verifier, reward = data.get("verifier"), data.get("reward")
-    if verifier is not None and reward is not None:
-        raise ConfigError("give either 'verifier' or its alias 'reward', not both")
     if reward is not None:
         return VerifierSpec(name=reward)
     if isinstance(verifier, str):
@@ -707,13 +774,15 @@ def _resolve_verifier(data: dict[str, Any]) -> VerifierSpec | None:
     return None
 
 
-def _resolve_batch_split(values: dict[str, Any]) -> None:
+def _resolve_batch_split(values: dict[str, Any]) -> ConfigProblem | None:
     """Fill micro_batch_size / gradient_accumulation_steps so that they are consistent."""
     micro, accumulation = values["micro_batch_size"], values["gradient_accumulation_steps"]
     if values["kind"] != "grpo":
-        values["micro_batch_size"] = micro or 8
-        values["gradient_accumulation_steps"] = accumulation or 1
-        return
+        values["micro_batch_size"] = micro or KIND_DEFAULTS["micro_batch_size"][values["kind"]]
+        values["gradient_accumulation_steps"] = (
+            accumulation or KIND_DEFAULTS["gradient_accumulation_steps"][values["kind"]]
+        )
+        return None
     batch = values["num_prompts_per_step"] * values["num_generations_per_prompt"]
     split = (
         f"the generation batch of {batch} sequences (num_prompts_per_step * "
@@ -724,51 +793,68 @@ def _resolve_batch_split(values: dict[str, Any]) -> None:
         accumulation = batch // micro
     elif micro is None:
         if batch % accumulation:
-            raise ConfigError(f"'gradient_accumulation_steps' {accumulation} must divide {split}")
+            return ConfigProblem(
+                "gradient_accumulation_steps",
+                f"'gradient_accumulation_steps' {accumulation} must divide {split}",
+            )
         micro = batch // accumulation
     elif accumulation is None:
         if batch % micro:
-            raise ConfigError(f"'micro_batch_size' {micro} must divide {split}")
+            return ConfigProblem("micro_batch_size", f"'micro_batch_size' {micro} must divide {split}")
         accumulation = batch // micro
     elif micro * accumulation != batch:
-        raise ConfigError(
+        return ConfigProblem(
+            "micro_batch_size",
             f"'micro_batch_size' {micro} * 'gradient_accumulation_steps' {accumulation} "
-            f"must equal {split}"
+            f"must equal {split}",
         )
     values["micro_batch_size"], values["gradient_accumulation_steps"] = micro, accumulation
+    return None
 
 
-def _check_cross_field(cfg: RunConfig) -> None:
+def _cross_field_problems(cfg: RunConfig) -> list[ConfigProblem]:
+    """Combinations of valid values that cannot run, each blamed on the key to change."""
+    problems = []
     if cfg.warmup_steps > cfg.max_steps:
-        raise ConfigError(
-            f"'warmup_steps' must be <= max_steps ({cfg.max_steps}), got {cfg.warmup_steps}"
-        )
+        problems.append(ConfigProblem(
+            "warmup_steps",
+            f"'warmup_steps' must be <= max_steps ({cfg.max_steps}), got {cfg.warmup_steps}",
+        ))
     if cfg.overlong_buffer is not None and cfg.overlong_buffer > cfg.max_completion_length:
-        raise ConfigError(
+        problems.append(ConfigProblem(
+            "overlong_buffer",
             f"'overlong_buffer' must be <= max_completion_length ({cfg.max_completion_length}), "
-            f"got {cfg.overlong_buffer}"
-        )
+            f"got {cfg.overlong_buffer}",
+        ))
     if cfg.eval_num_samples > 1 and cfg.eval_temperature == 0:
-        raise ConfigError(
+        problems.append(ConfigProblem(
+            "eval_num_samples",
             f"'eval_num_samples' {cfg.eval_num_samples} > 1 needs 'eval_temperature' > 0 "
-            "(greedy decoding gives the same sample k times)"
-        )
+            "(greedy decoding gives the same sample k times)",
+        ))
     if cfg.rollout_backend == "vllm" and cfg.device == "cpu":
-        raise ConfigError("'rollout_backend' vllm needs a GPU; use hf with device cpu")
+        problems.append(ConfigProblem(
+            "rollout_backend", "'rollout_backend' vllm needs a GPU; use hf with device cpu"
+        ))
     if cfg.num_processes > 1 and cfg.rollout_backend == "vllm":
-        raise ConfigError(
+        problems.append(ConfigProblem(
+            "num_processes",
             "'num_processes' > 1 needs rollout_backend hf: the vLLM engine serves one process; "
-            "use hf, or num_processes 1 with vllm"
-        )
+            "use hf, or num_processes 1 with vllm",
+        ))
     if cfg.rollout_dropout and cfg.rollout_backend == "vllm":
-        raise ConfigError(
+        problems.append(ConfigProblem(
+            "rollout_dropout",
             "'rollout_dropout' needs rollout_backend hf: vLLM samples from merged weights, "
-            "without dropout"
-        )
+            "without dropout",
+        ))
     if cfg.kind == "sft" and cfg.sft_source == "reviewed" and not cfg.reviewed_trajectories:
-        raise ConfigError("'reviewed_trajectories' is required when sft_source is reviewed")
+        problems.append(ConfigProblem(
+            "reviewed_trajectories", "'reviewed_trajectories' is required when sft_source is reviewed"
+        ))
     if cfg.kind == "dpo" and not cfg.preference_pairs:
-        raise ConfigError("'preference_pairs' is required for kind dpo")
+        problems.append(ConfigProblem("preference_pairs", "'preference_pairs' is required for kind dpo"))
+    return problems
 
 
 def _fill_unset(values: dict[str, Any], **fallbacks: Any) -> None:
@@ -778,36 +864,35 @@ def _fill_unset(values: dict[str, Any], **fallbacks: Any) -> None:
             values[key] = fallback
 
 
-def config_problems(data: dict[str, Any]) -> list[str]:
-    """Every problem of a run config at once, each naming its key (a form shows them all).
+def config_problems(data: dict[str, Any]) -> list[ConfigProblem]:
+    """Every problem of a run config at once, each under the field it is about ([]: valid).
 
     Unknown keys and schema violations are all reported; the checks between fields run
-    only once each field is valid on its own, as in validate_run_config.
+    only once each field is valid on its own. One pass of validate_run_config's checks.
     """
-    if not isinstance(data, dict):
-        return ["the run config must be a JSON object"]
-    problems = [str(_unknown_key_error(str(key))) for key in data if key not in ALLOWED_KEYS]
-    known = {key: value for key, value in data.items() if key in ALLOWED_KEYS}
-    errors = sorted(_VALIDATOR.iter_errors(known), key=lambda e: list(map(str, e.absolute_path)))
-    problems += [_describe_schema_error(error) for error in errors]
-    if not problems:
-        try:
-            validate_run_config(data)
-        except ConfigError as exc:
-            problems.append(str(exc))
-    return problems
+    try:
+        validate_run_config(data)
+    except ConfigError as exc:
+        return list(exc.problems)
+    return []
 
 
 def validate_run_config(data: dict[str, Any]) -> RunConfig:
     """Check a run config (parsed JSON) and return it with every default resolved.
 
-    Raises ConfigError naming the offending key: unknown keys, wrong types, values out
-    of range, and combinations that cannot run.
+    Raises ConfigError with every problem found (`problems`, each naming its field): unknown
+    keys, wrong types and values out of range all at once; then, once each key is valid on
+    its own, the combinations that cannot run.
     """
     if not isinstance(data, dict):
         raise ConfigError(f"a run config must be a JSON object, got {type(data).__name__}")
-    _check_schema(data)
-    kind = _resolve_kind(data)
+    problems = _schema_problems(data)
+    if problems:
+        raise ConfigError(problems)
+    kind_problem = _kind_problem(data)
+    if kind_problem is not None:
+        raise ConfigError([kind_problem])
+    kind = data.get("kind") or "grpo"
     given = {k: v for k, v in data.items() if k in _FIELD_NAMES and v is not None}
     values = _field_defaults()
     values["kind"] = kind
@@ -822,9 +907,13 @@ def validate_run_config(data: dict[str, Any]) -> RunConfig:
     for name in _INTEGER_FIELDS & values.keys():
         if isinstance(values[name], float):
             values[name] = int(values[name])  # JSON 8.0 is a valid integer; store it as 8
-    _resolve_batch_split(values)
+    problems = [p for p in (_verifier_problem(data), _resolve_batch_split(values)) if p is not None]
+    if problems:
+        raise ConfigError(problems)
     cfg = RunConfig(**values)
-    _check_cross_field(cfg)
+    problems = _cross_field_problems(cfg)
+    if problems:
+        raise ConfigError(problems)
     return cfg
 
 

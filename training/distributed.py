@@ -23,6 +23,10 @@ write nothing to the run folder but their heartbeat (ranks/rank-N.json) and, on 
 their error (ranks/rank-N.error), which the launching process reports.
 
 Backends: gloo on CPU (how CI tests it), NCCL on CUDA with one GPU per process.
+
+The config's `parallel` (resolve_parallel): ddp is the above with a whole replica per rank;
+fsdp is the same data parallelism with the model's weights sharded over the ranks
+(training/fsdp.py); auto picks ddp where one replica fits one device.
 """
 
 from __future__ import annotations
@@ -230,6 +234,56 @@ def rank_device(world: World, device: torch.device, configured: str = "auto") ->
     if device.type == "cuda" and uses_gpus(configured):
         return torch.device("cuda", world.local_rank)
     return torch.device("cpu")
+
+
+# ---------------------------------------------------------------------------------------
+# ddp or fsdp: the config's `parallel`, auto resolved here
+# ---------------------------------------------------------------------------------------
+
+FIT_FRACTION = 0.7
+"""Share of one device's memory the weights may take for auto to choose ddp; the rest is for
+activations, the KV cache of generation and (LoRA) the adapters with their AdamW state."""
+
+FULL_FINE_TUNING_COPIES = 4
+"""Full fine-tuning holds the weights, their gradients and AdamW's two moments, each in the
+weights' dtype (torch's AdamW keeps its state in the parameter's dtype)."""
+
+
+def training_bytes(cfg: Any, weights_bytes: int, *, frozen_base: bool | None = None) -> int:
+    """Device memory one replica's weights need: the frozen base alone (LoRA, evals), or
+    weights + gradients + AdamW moments (full fine-tuning), plus the reference copy that full
+    fine-tuning keeps when beta > 0 or for DPO."""
+    if frozen_base is None:
+        frozen_base = cfg.kind == "eval" or cfg.adapter == "lora"
+    if frozen_base:
+        return weights_bytes
+    reference = cfg.beta > 0 or cfg.kind == "dpo"
+    return weights_bytes * (FULL_FINE_TUNING_COPIES + (1 if reference else 0))
+
+
+def resolve_parallel(
+    cfg: Any, weights_bytes: int, device_memory_bytes: int | None, *, frozen_base: bool | None = None
+) -> str:
+    """The config's `parallel` made concrete: "ddp" or "fsdp" (the rule of its description).
+
+    auto: ddp when one replica fits one device (training_bytes <= FIT_FRACTION of its memory),
+    fsdp otherwise; on the CPU (device_memory_bytes None) always ddp, as the processes share
+    the host's memory either way. `weights_bytes` is the model in its load dtype; `frozen_base`
+    defaults to what the config says (LoRA or eval), the runner passes what it loaded.
+    """
+    if cfg.parallel != "auto":
+        return cfg.parallel
+    if device_memory_bytes is None:
+        return "ddp"
+    needed = training_bytes(cfg, weights_bytes, frozen_base=frozen_base)
+    return "ddp" if needed <= FIT_FRACTION * device_memory_bytes else "fsdp"
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Total memory of a GPU (bytes); None for the CPU."""
+    if device.type != "cuda":
+        return None
+    return int(torch.cuda.get_device_properties(device).total_memory)
 
 
 # ---------------------------------------------------------------------------------------

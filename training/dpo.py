@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from training.data import DataError
-from training.grpo import completion_logprobs, pack
+from training.grpo import completion_logprobs, forward_passes, pack
 from training.runner import Job
 from training.sft import TokenSequence, _row_task, conversation_sequence, read_jsonl, run_supervised
 
@@ -118,4 +118,7 @@ def dpo_micro_loss(job: Job, pad_id: int):
 
 def run_dpo(job: Job) -> dict[str, Any]:
     pairs = load_pairs(job)
-    return run_supervised(job, pairs, dpo_micro_loss(job, job.tokenizer.pad_token_id))
+    def passes(micro: list[Pair]) -> int:  # the policy's; the reference makes the same ones
+        return forward_passes(job.model, [p.chosen for p in micro] + [p.rejected for p in micro])
+
+    return run_supervised(job, pairs, dpo_micro_loss(job, job.tokenizer.pad_token_id), passes)

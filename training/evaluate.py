@@ -39,6 +39,7 @@ from environments.base import Verifier
 from environments.types import Task, VerifyResult
 from training.agent_loop import Episode, run_episodes
 from training.distributed import SINGLE, World, seed_for
+from training.fsdp import finish_generation
 from training.rollout import RolloutEngine, SamplingParams
 from training.system_metrics import SystemMonitor
 
@@ -312,6 +313,7 @@ def evaluate(
     reported = (lambda done, _total: progress(min(len(tasks), done * world.size), len(tasks))) if progress else None
     part = _evaluate_share(engine, tokenizer, env, verifier, local, settings, mine.start, agent=agent,
                            events=stream, step=step, split=split, progress=reported)
+    finish_generation(engine)  # fsdp: rank 0's latency probes and uneven shares, in step
     if world.parallel:
         part = _EvalPart.joined(world.gather(part))
         _emit_trajectories(part.episodes, part.results, settings.num_samples, events, step=step, split=split)

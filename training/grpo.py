@@ -40,6 +40,7 @@ from environments.types import Task, VerifyResult
 from training.agent_loop import Episode, run_episodes
 from training.distributed import seed_for
 from training.evaluate import evaluate_job, trajectory_fields, verify_episode
+from training.fsdp import finish_generation
 from training.losses import group_advantages_with_stats, policy_loss, soft_overlong_penalty
 from training.models import autocast_context
 from training.rollout import (
@@ -56,6 +57,7 @@ from training.runner import (
     checkpoint_due,
     make_optimizer,
     micro_batch_rng,
+    micro_batches,
     prefixed,
     resume,
     rollout_engine,
@@ -210,6 +212,18 @@ def _distinct_prompts(episodes: Sequence[Episode]) -> tuple[list[int], list[int]
     return index, first_rows
 
 
+def forward_passes(model: Any, rows: Sequence[Any]) -> int:
+    """Forward passes completion_logits makes for these rows (episodes or token sequences):
+    2 when some share a prompt (the prompt once, then the completions on its cache), else 1.
+
+    Under fsdp every rank must run the same passes at the same time, so the ranks take
+    micro-batches of equal passes together (runner.micro_batches).
+    """
+    distinct = len({tuple(row.prompt_ids) for row in rows})
+    width_c = max(len(row.completion_ids) for row in rows)
+    return 2 if distinct < len(rows) and width_c > 1 and has_plain_kv_cache(model) else 1
+
+
 def completion_logprobs(
     model: Any, packed: dict[str, torch.Tensor], temperature: float, *, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -335,6 +349,7 @@ class GRPOTrainer:
             self.engine, self.job.tokenizer, self.job.env, prompts[mine.start : mine.stop],
             self._sampling(step, draw, mine), self.job.agent,
         )
+        finish_generation(self.engine)  # fsdp: wait in step for the ranks still generating
         generated = time.perf_counter()
         results = [verify_episode(self.job.verifier, e) for e in episodes]
         rewards = [shaped_reward(r, e, self.cfg) for r, e in zip(results, episodes, strict=True)]
@@ -412,7 +427,9 @@ class GRPOTrainer:
 
         Data parallel: each rank trains on its share of the micro-batches, each loss scaled
         for the global batch (its share of all sequences, or of all tokens for dapo), and the
-        gradients are summed over ranks before clipping: the update of one process.
+        gradients are summed over ranks before clipping: the update of one process. Under
+        fsdp the ranks take micro-batches of the same forward_passes at the same time, and a
+        rank with fewer runs a filler whose loss is multiplied by 0 (runner.micro_batches).
         """
         job, cfg = self.job, self.cfg
         model = job.model
@@ -423,7 +440,8 @@ class GRPOTrainer:
         total_tokens = self._trained_tokens(batch)
         sums: Counter[str] = Counter()
         loss_total = 0.0
-        for index in job.world.share(len(spans)):
+        passes = [forward_passes(model, [batch.episodes[r] for r in rows]) for rows in spans] if job.lockstep else None
+        for index, trains in micro_batches(job, len(spans), passes):
             rows = spans[index]
             packed = pack([batch.episodes[r] for r in rows], self.pad_id, job.device)
             mask = self._loss_mask(batch, rows, packed)
@@ -445,6 +463,9 @@ class GRPOTrainer:
             )
             if cfg.loss_type != "dapo":
                 loss = loss * (len(rows) / n)  # each micro-batch's share of the sequences
+            if not trains:  # fsdp's filler: every rank's passes, no gradient, no metrics
+                (loss * 0.0).backward()
+                continue
             loss.backward()
             loss_total += float(loss.detach())
             tokens = float(mask.sum())

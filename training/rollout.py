@@ -313,6 +313,10 @@ class HFGenerateEngine:
     cache length is rounded up to a power of two, so a run compiles once per length bucket.
 
     `clock` times each completion's latency_ms (time.perf_counter; tests pass a counter).
+
+    `synced_gpus`: generate keeps running forward passes on a rank whose rows are done until
+    every rank's are (a model sharded with FSDP needs every rank in each forward pass:
+    training/fsdp.py, which also turns share_prefill off so that one call is one generate).
     """
 
     def __init__(
@@ -324,6 +328,7 @@ class HFGenerateEngine:
         autocast: bool = False,
         share_prefill: bool = True,
         compile: bool = False,
+        synced_gpus: bool = False,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.model = model
@@ -332,6 +337,7 @@ class HFGenerateEngine:
         self.autocast = autocast
         self.share_prefill = share_prefill
         self.compile = compile
+        self.synced_gpus = synced_gpus
         self.clock = clock
         self.stops = stop_token_ids(tokenizer, model)
         self.pad_id = padding_id(tokenizer, model)
@@ -384,6 +390,7 @@ class HFGenerateEngine:
                 generation_config=self._generation_config(params, own_sampler=row_seeds is not None),
                 logits_processor=LogitsProcessorList(processors),
                 stopping_criteria=StoppingCriteriaList([clock]),
+                **({"synced_gpus": True} if self.synced_gpus else {}),
                 **extra,
             )
         sequences = out if isinstance(out, torch.Tensor) else out.sequences  # (B*n, L+T), on device

@@ -13,7 +13,7 @@ import copy
 import importlib.util
 import json
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,15 @@ from training import checkpoints as ckpt
 from training.agent_loop import AgentLoopConfig
 from training.config import RunConfig, config_to_dict
 from training.data import TaskSource
-from training.distributed import SINGLE, World, rank_device, seed_for, write_heartbeat
+from training.distributed import (
+    SINGLE,
+    World,
+    device_memory,
+    rank_device,
+    resolve_parallel,
+    seed_for,
+    write_heartbeat,
+)
 from training.events import EventWriter
 from training.models import (
     SMOLLM2_PACKAGE,
@@ -67,6 +75,14 @@ def rollout_engine(job: Job) -> RolloutEngine:
             from training.vllm_backend import VLLMEngine
 
             engine = VLLMEngine.from_model(job.model, job.tokenizer, seed=job.cfg.seed)
+        elif job.lockstep:  # a sharded model: every rank in every forward pass (training/fsdp.py)
+            from training.fsdp import LockstepEngine
+
+            engine = LockstepEngine(
+                HFGenerateEngine(job.model, job.tokenizer, job.device, autocast=job.autocast,
+                                 share_prefill=False, synced_gpus=True),
+                job.world,
+            )
         else:
             engine = HFGenerateEngine(
                 job.model, job.tokenizer, job.device, autocast=job.autocast, compile=job.cfg.compile_generation
@@ -97,11 +113,25 @@ class Job:
     """Device and host use per step and per evaluation (system/* metrics)."""
     world: World = SINGLE
     """This process among the job's data-parallel processes (training/distributed.py)."""
+    parallel: str | None = None
+    """How the processes share the work, the config's `parallel` resolved: ddp or fsdp (the
+    model sharded over them, training/fsdp.py); None for a job of one process."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def checkpoint_kind(self) -> str:
         return "adapter" if self.is_lora else "full"
+
+    @property
+    def lockstep(self) -> bool:
+        """Whether the model is sharded over the ranks, so that every rank must run every
+        forward pass (equal micro-batch counts, one forward per micro-batch, synced generate)."""
+        return self.parallel == "fsdp"
+
+    @property
+    def sharded_trainables(self) -> bool:
+        """Full fine-tuning under fsdp: the trained weights and their optimizer state are sharded."""
+        return self.lockstep and self.cfg.kind != "eval" and not self.is_lora
 
     def heartbeat(self, step: int | None) -> None:
         """ranks/rank-N.json of a data-parallel job (the Jobs page shows each process)."""
@@ -125,9 +155,43 @@ def micro_batch_rng(job: Job, step: int, index: int) -> Iterator[None]:
         yield
 
 
+def micro_batches(job: Job, count: int, passes: Sequence[int] | None = None) -> list[tuple[int, bool]]:
+    """This rank's micro-batches of a step, as (index, trains).
+
+    ddp: its contiguous share of the `count` micro-batches (training/distributed.py).
+
+    fsdp: every rank must run the same forward and backward passes at the same time
+    (training/fsdp.py), and a micro-batch whose rows share a prompt makes two forward passes
+    where others make one (grpo.forward_passes; `passes[i]` for micro-batch i, all 1 when
+    None). So the micro-batches are dealt out by their passes: for each count of passes in
+    turn, each rank takes its share of those micro-batches, and a rank with one fewer than
+    the others adds a filler of the same passes (trains False: the caller runs it and
+    multiplies its loss by 0, leaving gradients and metrics as they were). Which rank trains
+    a micro-batch changes no update: its dropout is seeded by its index (micro_batch_rng)
+    and the gradients are summed.
+    """
+    if not job.lockstep:
+        return [(index, True) for index in job.world.share(count)]
+    kinds = list(passes) if passes is not None else [1] * count
+    plan: list[tuple[int, bool]] = []
+    for kind in sorted(set(kinds)):
+        group = [index for index in range(count) if kinds[index] == kind]
+        mine = job.world.share(len(group))
+        plan += [(group[position], True) for position in mine]
+        filler = group[mine.start] if len(mine) else group[0]
+        plan += [(filler, False)] * (-(-len(group) // job.world.size) - len(mine))
+    return plan
+
+
 def sum_gradients_over_ranks(job: Job) -> None:
-    """Each rank accumulated its micro-batches' gradients; every rank gets their sum."""
-    job.world.sum_gradients(job.trainable())
+    """Each rank accumulated its micro-batches' gradients; every rank gets their sum.
+
+    Sharded parameters (full fine-tuning under fsdp) are left out: FSDP has already summed
+    their gradients with a reduce-scatter in each backward.
+    """
+    from training.fsdp import is_sharded
+
+    job.world.sum_gradients([p for p in job.trainable() if not is_sharded(p)])
 
 
 # ---------------------------------------------------------------------------------------
@@ -307,14 +371,17 @@ def build_job(
     device = rank_device(world, resolve_device(cfg.device), cfg.device)
     autocast = wants_autocast(cfg.bf16, device)
     trainable = cfg.kind != "eval"
+    # Several processes load into host memory first: ddp then moves the whole model to the
+    # device, fsdp moves only this rank's shards, layer by layer (training/fsdp.py).
+    load_device = torch.device("cpu") if world.parallel else device
     if model is None:
         dtype = weights_dtype(cfg, device, autocast)
-        model, tokenizer, is_lora = load_policy(cfg, device, trainable=trainable, dtype=dtype)
+        model, tokenizer, is_lora = load_policy(cfg, load_device, trainable=trainable, dtype=dtype)
     else:
         if tokenizer is None:
             raise JobError("a model passed to build_job needs its tokenizer too")
         tokenizer = prepare_tokenizer(tokenizer)
-        model, is_lora = wrap_given_model(cfg, model.to(device), trainable=trainable)
+        model, is_lora = wrap_given_model(cfg, model.to(load_device), trainable=trainable)
     env = environment or get_environment(cfg.environment)
     if verifier is None:
         spec = cfg.verifier
@@ -322,6 +389,11 @@ def build_job(
     reference = None
     if trainable and not is_lora and (cfg.beta > 0 or cfg.kind == "dpo"):
         reference = copy.deepcopy(model).eval().requires_grad_(False)
+    parallel = None
+    if world.parallel:
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        parallel = resolve_parallel(cfg, weights, device_memory(device), frozen_base=not trainable or is_lora)
+        model, reference = _place_on_ranks(model, reference, world, device, parallel)
     return Job(
         cfg=cfg,
         run_dir=Path(run_dir),
@@ -338,7 +410,22 @@ def build_job(
         reference=reference,
         monitor=SystemMonitor(device),
         world=world,
+        parallel=parallel,
     )
+
+
+def _place_on_ranks(model: Any, reference: Any, world: World, device: torch.device, parallel: str) -> tuple[Any, Any]:
+    """ddp: the whole model (and reference) on this rank's device. fsdp: sharded over the ranks,
+    LoRA adapters whole (training/fsdp.py)."""
+    if parallel != "fsdp":
+        return model.to(device), reference.to(device) if reference is not None else None
+    from training.fsdp import shard_model
+
+    adapters = [p for p in model.parameters() if p.requires_grad] if hasattr(model, "disable_adapter") else []
+    model = shard_model(model, world, device, whole=adapters)
+    if reference is not None:
+        reference = shard_model(reference, world, device)
+    return model, reference
 
 
 def scheduler_name(lr_scheduler: str, warmup_steps: int) -> str:
@@ -369,8 +456,12 @@ def make_optimizer(job: Job, total_steps: int) -> tuple[torch.optim.Optimizer, A
 # ---------------------------------------------------------------------------------------
 
 
-def _write_weights(job: Job, folder: Path) -> None:
-    job.model.save_pretrained(folder)
+def _write_weights(job: Job, folder: Path, state: dict[str, torch.Tensor] | None = None) -> None:
+    """The adapter or the full model; `state`: full weights gathered from a sharded model."""
+    if state is None:
+        job.model.save_pretrained(folder)
+    else:
+        job.model.save_pretrained(folder, state_dict=state)
     job.tokenizer.save_pretrained(folder)
     (folder / RUN_CONFIG_FILE).write_text(json.dumps(config_to_dict(job.cfg), indent=2))
 
@@ -385,12 +476,21 @@ def save_checkpoint(
     """Write, seal and announce the checkpoint of `step`, then apply keep-top-k retention.
 
     Rank 0 alone writes (every rank holds the same weights and optimizer state); others: None.
+    Full fine-tuning under fsdp first gathers the sharded weights and AdamW state to rank 0
+    (every rank takes part), so the files are those one process writes.
     """
+    weights = None
+    optimizer_state: Any = optimizer
+    if job.sharded_trainables:
+        from training.fsdp import FullOptimizerState, full_model_state
+
+        weights = full_model_state(job.model, job.world)
+        optimizer_state = FullOptimizerState(optimizer).gather(job.world)
     if not job.world.is_main:
         return None
     tmp = ckpt.begin_checkpoint(job.run_dir, step)
-    _write_weights(job, tmp)
-    ckpt.save_training_state(tmp, optimizer, scheduler, step)
+    _write_weights(job, tmp, weights)
+    ckpt.save_training_state(tmp, optimizer_state, scheduler, step)
     checkpoint = ckpt.commit_checkpoint(tmp, job.run_dir, step, metrics)
     job.events.checkpoint(
         step=step,
@@ -464,7 +564,12 @@ def load_weights(job: Job, folder: Path) -> None:
     files = full_weight_files(folder)
     _check_full_weight_names(job, folder, files)
     for file in files:  # one shard in memory at a time, however big the model
-        job.model.load_state_dict(load_file(str(file), device=str(job.device)), strict=False)
+        if job.sharded_trainables:  # each rank keeps its shard of the file's full tensors
+            from training.fsdp import load_full_state
+
+            load_full_state(job.model, load_file(str(file), device="cpu"))
+        else:
+            job.model.load_state_dict(load_file(str(file), device=str(job.device)), strict=False)
 
 
 def resume(job: Job, optimizer: torch.optim.Optimizer, scheduler: Any) -> int:
@@ -479,7 +584,12 @@ def resume(job: Job, optimizer: torch.optim.Optimizer, scheduler: Any) -> int:
     if latest is None:
         return 0
     load_weights(job, latest)
-    step = ckpt.load_training_state(latest, optimizer, scheduler)
+    if job.sharded_trainables:
+        from training.fsdp import FullOptimizerState
+
+        step = ckpt.load_training_state(latest, FullOptimizerState(optimizer), scheduler)
+    else:
+        step = ckpt.load_training_state(latest, optimizer, scheduler)
     trainable_parameters(job.model)
     job.events.log(f"resuming from checkpoint {latest.name} at step {step}")
     return step

@@ -30,7 +30,7 @@ from environments.json_tool_call import expected_calls
 from environments.types import Task
 from training.data import DataError
 from training.evaluate import evaluate_job
-from training.grpo import _ProgressBar, completion_logprobs, pack
+from training.grpo import _ProgressBar, completion_logprobs, forward_passes, pack
 from training.models import autocast_context
 from training.prompts import ChatFormat, clip_prompt
 from training.runner import (
@@ -40,6 +40,7 @@ from training.runner import (
     checkpoint_due,
     make_optimizer,
     micro_batch_rng,
+    micro_batches,
     prefixed,
     resume,
     save_checkpoint,
@@ -188,6 +189,10 @@ MicroLoss = Callable[[list[Any], list[Any]], tuple[torch.Tensor, dict[str, float
 """(micro-batch items, all items of the step) -> (loss scaled for accumulation, metrics
 already weighted so that summing over micro-batches gives the step's value, tokens)."""
 
+MicroPasses = Callable[[list[Any]], int]
+"""micro-batch items -> the forward passes its loss makes (grpo.forward_passes), which fsdp's
+ranks must make together (runner.micro_batches)."""
+
 
 def step_items(items: Sequence[Any], step: int, per_step: int, seed: int) -> list[Any]:
     """The items of optimizer step `step` (1-based): consecutive slices of seeded epochs."""
@@ -210,7 +215,9 @@ def _item_length(item: Any) -> int:
     return getattr(item, "length", 0)
 
 
-def run_supervised(job: Job, items: Sequence[Any], micro_loss: MicroLoss) -> dict[str, Any]:
+def run_supervised(
+    job: Job, items: Sequence[Any], micro_loss: MicroLoss, micro_passes: MicroPasses | None = None
+) -> dict[str, Any]:
     """Optimizer steps over `items` with validation, checkpoints, progress and resume."""
     cfg = job.cfg
     total = total_steps(cfg, len(items))
@@ -239,17 +246,25 @@ def run_supervised(job: Job, items: Sequence[Any], micro_loss: MicroLoss) -> dic
         # Similar lengths share a micro-batch (less padding); every micro-loss divides by
         # the whole step's token count, so the grouping does not change the gradient. A
         # data-parallel rank trains on its share of the micro-batches; gradients and metrics
-        # are then summed over ranks (training/distributed.py).
+        # are then summed over ranks (training/distributed.py). Under fsdp the ranks run
+        # micro-batches of equal forward passes together, and a rank with fewer runs a
+        # filler whose loss is multiplied by 0 (runner.micro_batches).
         batch = sorted(step_items(items, step, per_step, cfg.seed), key=_item_length)
         starts = range(0, len(batch), cfg.micro_batch_size)
         sums: Counter[str] = Counter()
         tokens = 0
-        for index in job.world.share(len(starts)):
+        passes = None
+        if job.lockstep and micro_passes is not None:
+            passes = [micro_passes(batch[first : first + cfg.micro_batch_size]) for first in starts]
+        for index, trains in micro_batches(job, len(starts), passes):
             first = starts[index]
             with micro_batch_rng(job, step, index), autocast_context(job.device, job.autocast):
                 loss, micro_metrics, micro_tokens = micro_loss(
                     batch[first : first + cfg.micro_batch_size], batch
                 )
+            if not trains:
+                (loss * 0.0).backward()
+                continue
             loss.backward()
             sums.update(micro_metrics)
             tokens += micro_tokens
@@ -312,4 +327,4 @@ def sft_micro_loss(job: Job, pad_id: int) -> MicroLoss:
 def run_sft(job: Job) -> dict[str, Any]:
     sequences = sft_sequences(job)
     pad_id = job.tokenizer.pad_token_id
-    return run_supervised(job, sequences, sft_micro_loss(job, pad_id))
+    return run_supervised(job, sequences, sft_micro_loss(job, pad_id), lambda micro: forward_passes(job.model, micro))

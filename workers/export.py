@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from webapp.runs.models import Checkpoint
-from webapp.runs.paths import (
+from webapp.runs.services.paths import (
     checkpoint_folder,
     local_path,
     run_folder,
@@ -47,7 +47,7 @@ def run_export(ctx: JobContext) -> None:
         ctx.log(f"{out} holds a complete export already (an earlier attempt wrote it)")
         ctx.set_progress(1.0)
         return
-    # The checkpoint's own folder, by the one rule (webapp.runs.paths); never a path from the payload.
+    # The checkpoint's own folder, by the one rule (webapp.runs.services.paths); never a path from the payload.
     source, state = checkpoint_folder(checkpoint)
     if source is None:
         raise ExportUnavailable(weights_problem(state, what, checkpoint.storage_uri))

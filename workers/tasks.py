@@ -1,6 +1,6 @@
 """Celery tasks: ids in, one service call each.
 
-All three are idempotent (a job is claimed at most once per attempt; the reaper and
+All are idempotent (a job is claimed at most once per attempt; the reaper and
 the experiment sweep recompute from the database), so they are acknowledged late
 and re-queued if their worker process dies: a redelivered message changes nothing.
 Time limits sit above the training process's own deadline, as a last resort.
@@ -48,3 +48,14 @@ def advance_experiments() -> int:
     from webapp.runs.services.experiments import experiments_advance_all
 
     return experiments_advance_all()
+
+
+@shared_task(name="workers.tasks.deliver_webhook", soft_time_limit=60, time_limit=120, **_IDEMPOTENT)
+def deliver_webhook(delivery_id: int) -> str:
+    """POST one webhook notification; a failure is tried again later with backoff (a new message)."""
+    from webapp.projects.services.webhooks import deliver, send_delivery
+
+    attempt = deliver(delivery_id)
+    if attempt.retry_in is not None:
+        send_delivery(delivery_id, countdown=attempt.retry_in)
+    return attempt.state

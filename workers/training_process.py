@@ -27,7 +27,7 @@ from django.conf import settings
 from webapp.runs.models import Run
 from webapp.runs.services.ingest import EventIngestor, discard_superseded_rows
 from webapp.runs.services.run_config import run_process_config
-from webapp.verifiers.judge import run_judge_environ
+from webapp.verifiers.services.judge import run_judge_environ
 from workers.registration import detect_gpus
 from workers.runner import JobContext, handler, worker_name
 
@@ -78,7 +78,7 @@ def run_training_process(ctx: JobContext) -> None:
     )
     run_dir = run_dir_for(run)
     run_dir.mkdir(parents=True, exist_ok=True)
-    config = run_process_config(run, run_dir)
+    config = run_process_config(run, run_dir)  # this process's one validation, before anything spawns (see there)
     refuse_device_this_worker_lacks(config, worker_gpus=detect_gpus())
     config_path = run_dir / "run.json"
     config_path.write_text(json.dumps(config, indent=2))

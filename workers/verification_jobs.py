@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webapp.trajectories.services.rescore import rescore_execute
+from webapp.runs.services.rescore import rescore_execute
 from webapp.trajectories.services.verification import verify_and_store
 from webapp.verifiers.models import VerifierVersion
 from workers.runner import JobContext, handler

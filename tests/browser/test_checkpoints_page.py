@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from browser_session import login
 
-from webapp.datasets.services import dataset_create
+from webapp.datasets.services.datasets import dataset_create
 from webapp.projects.models import UserPreference
 from webapp.runs.models import Checkpoint, Experiment, ExperimentState, MetricPoint, ModelSpec, Run
 from webapp.runs.services.promotion import alias_move
-from webapp.verifiers.services import verifier_create
+from webapp.verifiers.services.verifiers import verifier_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from browser_session import login
 
-from tests.webapp.test_experiment_pipeline import BASELINE, _create, _finish_stage
-from webapp.datasets.services import dataset_create
+from tests.webapp.runs.test_experiment_pipeline import BASELINE, _create, _finish_stage
+from webapp.datasets.services.datasets import dataset_create
 from webapp.projects.models import UserPreference
 from webapp.runs.models import Experiment, ModelSpec, Run
 from webapp.runs.services.experiments import DEFAULT_CONFIG
-from webapp.verifiers.services import verifier_create
+from webapp.verifiers.services.verifiers import verifier_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

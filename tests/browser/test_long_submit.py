@@ -12,7 +12,7 @@ import pytest
 from browser_session import login, watch
 
 from tests.training.conftest import tiny_model_dir, tokenizer  # noqa: F401  (fixtures of real_run_dir)
-from tests.webapp.test_run_import import _zip_folder, real_run_dir, run_copy  # noqa: F401  (fixtures)
+from tests.webapp.runs.test_run_import import _zip_folder, real_run_dir, run_copy  # noqa: F401  (fixtures)
 from webapp.runs.models import Run
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

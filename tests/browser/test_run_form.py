@@ -85,3 +85,36 @@ def test_processes_update_the_estimate_and_the_run_page_shows_ranks_and_a_job_th
     page.locator("details summary", has_text="4 processes").first.click()
     assert page.locator("[data-processes] tbody tr").count() == 4
     assert seen == {"dialogs": [], "csp": []}
+
+
+def test_the_estimate_takes_its_defaults_from_the_schema_and_a_nested_problem_lands_beside_its_input(
+    page, live_server, project_team
+):
+    """No default is written in the script: an empty input counts as the schema's default (x-kind-defaults for
+    a null one), and training's problem at `verifier.name` is shown beside the verifier input."""
+    from browser_session import login, watch
+
+    from training.config import KIND_DEFAULTS, RUN_CONFIG_SCHEMA
+
+    properties = RUN_CONFIG_SCHEMA["properties"]
+    project = project_team["project"]
+    ModelSpec.objects.create(project=project, name="offline SmolLM2", hf_id="smollm2-135m-instruct")
+    seen = watch(page)
+    login(page, live_server, "editor")
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/new/")
+    group = properties["num_prompts_per_step"]["default"] * properties["num_generations_per_prompt"]["default"]
+    assert page.locator("[data-estimate='rollouts']").inner_text() == f"{group:,}"
+    page.fill("#cfg-num_generations_per_prompt", "3")
+    assert page.locator("[data-estimate='rollouts']").inner_text() == str(properties["num_prompts_per_step"]["default"] * 3)
+    page.select_option("#id_kind", "sft")
+    assert page.locator("[data-estimate='prompts']").inner_text() == str(KIND_DEFAULTS["micro_batch_size"]["sft"])
+    page.select_option("#id_kind", "grpo")
+    page.fill("#cfg-num_generations_per_prompt", "")
+    page.fill("#cfg-verifier", '{"name": ""}')
+    page.fill("#id_name", "nested")
+    page.click("#launch")
+    error = page.locator(".field.has-error:has(#cfg-verifier) .field-error")
+    error.wait_for()
+    assert "'verifier.name' must not be empty" in error.inner_text()
+    assert page.locator(".field.has-error").count() == 1 and not Run.objects.exists()
+    assert seen == {"dialogs": [], "csp": []}

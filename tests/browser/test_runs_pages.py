@@ -9,11 +9,11 @@ import pytest
 from browser_session import login
 
 from webapp.runs.models import ModelSpec
-from webapp.runs.selectors import metric_series
-from webapp.runs.series import smooth_ema
+from webapp.runs.selectors.runs import metric_series
+from webapp.runs.selectors.series import smooth_ema
 from webapp.runs.services import jobs as js
 from webapp.runs.services.ingest import EventIngestor
-from webapp.runs.services.run_config import run_create
+from webapp.runs.services.run_config import run_config_check, run_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -25,7 +25,8 @@ def _metrics(step: int) -> dict:
 
 def _running_run(project, owner, *, name: str, steps: int, config: dict):
     model = ModelSpec.objects.get_or_create(project=project, name="tiny", defaults={"hf_id": "x/tiny"})[0]
-    run, job = run_create(project=project, name=name, kind="grpo", config=config, actor=owner, model=model)
+    run, job = run_create(name=name, checked=run_config_check(config, project=project, kind="grpo", model=model),
+                          actor=owner)
     claimed = js.job_claim(job_id=job.pk, worker="cpu@test")
     js.job_mark_running(job_id=job.pk, attempt=claimed.attempt)
     ingestor = EventIngestor(run, attempt=claimed.attempt)
@@ -137,3 +138,44 @@ def test_a_live_run_page_adds_panels_for_new_metrics_and_drops_cancel_when_the_r
     page.wait_for_function("() => !document.querySelector('[data-run-active]')", timeout=20_000)
     page.wait_for_function("() => !document.querySelector('#run-actions button')", timeout=5_000)
     assert page.locator("#run-actions a", has_text="All runs").count() == 1
+
+
+def test_panel_log_scale_y_range_and_picker_are_kept_in_the_url(page, live_server, project_team):
+    """Each panel has its own log scale and y range, and the picker hides panels; a reload keeps all three."""
+    project, owner = project_team["project"], project_team["owner"]
+    run, _ = _running_run(project, owner, name="views", steps=12, config={})
+    login(page, live_server, "viewer")
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/{run.pk}/?smoothing=0")
+    reward = "[data-chart][data-names='reward']"
+    card = page.locator(".chart-card", has=page.locator(reward))
+    page.wait_for_function(f"() => document.querySelector(\"{reward}\").dataset.points === '12'")
+    assert page.evaluate(f"() => document.querySelector(\"{reward}\")._fullLayout.yaxis.type") == "linear"
+
+    card.locator("[data-panel-log]").check()
+    assert page.evaluate(f"() => document.querySelector(\"{reward}\")._fullLayout.yaxis.type") == "log"
+    card.locator("[data-panel-y='min']").fill("0.1")
+    card.locator("[data-panel-y='max']").fill("2")
+    card.locator("[data-panel-y='max']").press("Enter")
+    low, high = page.evaluate(f"() => document.querySelector(\"{reward}\")._fullLayout.yaxis.range")
+    assert (low, high) == pytest.approx((-1.0, math.log10(2)))
+    card.locator("[data-panel-y='min']").fill("not a number")
+    card.locator("[data-panel-y='min']").press("Enter")
+    assert "invalid" in card.locator("[data-panel-y='min']").get_attribute("class")
+
+    page.locator("[data-chart-picker] summary").click()
+    page.locator("[data-picker-key='train:cost/trained_tokens']").uncheck()
+    assert page.locator(".chart-card", has=page.locator("[data-names='cost/trained_tokens']")).is_hidden()
+    assert "log=train%3Areward" in page.url and "hide=train%3Acost%2Ftrained_tokens" in page.url
+
+    page.reload()
+    page.wait_for_function(f"() => document.querySelector(\"{reward}\").dataset.points === '12'")
+    assert page.evaluate(f"() => document.querySelector(\"{reward}\")._fullLayout.yaxis.type") == "log"
+    low, high = page.evaluate(f"() => document.querySelector(\"{reward}\")._fullLayout.yaxis.range")
+    assert (low, high) == pytest.approx((-1.0, math.log10(2)))
+    assert card.locator("[data-panel-y='min']").input_value() == "0.1"
+    assert page.locator(".chart-card", has=page.locator("[data-names='cost/trained_tokens']")).is_hidden()
+    # Hidden from the picker, shown again from it; the reward panel's other settings stay.
+    page.locator("[data-chart-picker] summary").click()
+    page.locator("[data-picker-key='train:cost/trained_tokens']").check()
+    assert page.locator(".chart-card", has=page.locator("[data-names='cost/trained_tokens']")).is_visible()
+    assert "hide=" not in page.url and "log=train%3Areward" in page.url

@@ -16,7 +16,7 @@ from browser_session import login
 from django.test import Client
 
 from webapp.projects.models import ApiToken, Membership, Project, UserPreference
-from webapp.projects.services import api_token_issue
+from webapp.projects.services.projects import api_token_issue
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

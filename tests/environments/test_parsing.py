@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from environments.parsing import (
+    ERROR_CODES,
     MAX_INPUT_CHARS,
     ParseResult,
     calls_from_message,
@@ -289,7 +290,10 @@ def test_non_text_input_is_an_error_not_an_exception() -> None:
 @given(st.text(max_size=400), st.sampled_from(["strict", "lenient"]))
 def test_never_raises_on_arbitrary_text(text: str, mode: str) -> None:
     result = parse_tool_calls(text, TOOLS, mode=mode)
-    assert result.ok or result.errors
+    assert result.calls or result.errors, "an output without a call must say why"
+    assert all(error.code in ERROR_CODES and error.message for error in result.errors)
+    assert result.ok == (bool(result.calls) and not result.errors)
+    json.dumps(result.to_dict())  # what the trace stores: plain JSON
 
 
 _JSON_ALPHABET = st.sampled_from(list('{}[]":,\'` \n<>/abcnlmetug0123456789.-_') + ["<tool_call>", "</tool_call>", "```json\n", '"name"', '"arguments"', "true", "null"])

@@ -237,11 +237,77 @@ def test_every_config_field_is_in_exactly_one_form_group():
     assert RUN_CONFIG_SCHEMA["properties"]["epsilon_high"]["x-advanced"] is True
 
 
-def test_config_problems_lists_every_problem_at_once():
-    from training.config import config_problems
+def test_config_problems_lists_every_problem_at_once_under_its_field():
+    from training.config import ConfigProblem, config_problems
 
     problems = config_problems({"kind": "grpo", "lr": 1, "learning_rate": -1, "max_steps": "x"})
-    assert any("unknown key 'lr'" in p for p in problems)
-    assert "'learning_rate' must be > 0, got -1" in problems
-    assert "'max_steps' must be of type integer, got \"x\"" in problems
+    assert all(isinstance(p, ConfigProblem) for p in problems)
+    by_field = {p.field: p.message for p in problems}
+    assert set(by_field) == {"lr", "learning_rate", "max_steps"}
+    assert by_field["lr"].startswith("unknown key 'lr' in run config (allowed: ")
+    assert by_field["learning_rate"] == "'learning_rate' must be > 0, got -1"
+    assert by_field["max_steps"] == "'max_steps' must be of type integer, got \"x\""
     assert config_problems({"kind": "grpo"}) == []
+    assert config_problems([1]) == [ConfigProblem("", "a run config must be a JSON object, got list")]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "words"),
+    [
+        ({"verifier": {"name": ""}}, "verifier.name", "'verifier.name' must not be empty"),
+        ({"verifier": {"name": "x", "cfg": {}}}, "verifier", "has unknown key(s) \"cfg\""),
+        ({"lora_target_modules": ["q_proj", ""]}, "lora_target_modules.1", "must not be empty"),
+    ],
+)
+def test_a_problem_inside_a_key_carries_its_json_path(data, field, words):
+    from training.config import config_problems
+
+    [problem] = config_problems({"kind": "grpo", **data})
+    assert problem.field == field and words in problem.message
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "other"),
+    [
+        ({}, "kind", "'algorithm'"),
+        ({"kind": "sft", "algorithm": "dapo"}, "algorithm", "kind 'sft'"),
+        ({"algorithm": "grpo", "reward": "a", "verifier": "b"}, "reward", "'verifier'"),
+        ({"kind": "grpo", "micro_batch_size": 7}, "micro_batch_size", "num_generations_per_prompt"),
+        ({"kind": "grpo", "gradient_accumulation_steps": 7}, "gradient_accumulation_steps", "num_prompts_per_step"),
+        ({"kind": "grpo", "micro_batch_size": 8, "gradient_accumulation_steps": 2}, "micro_batch_size",
+         "'gradient_accumulation_steps' 2"),
+        ({"kind": "eval", "eval_num_samples": 4}, "eval_num_samples", "'eval_temperature' > 0"),
+        ({"kind": "grpo", "warmup_steps": 200}, "warmup_steps", "max_steps (100)"),
+        ({"kind": "grpo", "overlong_buffer": 600}, "overlong_buffer", "max_completion_length (512)"),
+        ({"kind": "grpo", "rollout_backend": "vllm", "device": "cpu"}, "rollout_backend", "device cpu"),
+        ({"kind": "grpo", "rollout_backend": "vllm", "device": "cuda", "num_processes": 2}, "num_processes",
+         "rollout_backend hf"),
+        ({"kind": "grpo", "rollout_backend": "vllm", "device": "cuda", "rollout_dropout": True}, "rollout_dropout",
+         "rollout_backend hf"),
+        ({"kind": "dpo"}, "preference_pairs", "kind dpo"),
+        ({"kind": "sft", "sft_source": "reviewed"}, "reviewed_trajectories", "sft_source is reviewed"),
+    ],
+)
+def test_a_check_between_fields_names_the_field_to_change_and_says_the_other(data, field, other):
+    with pytest.raises(ConfigError) as info:
+        validate_run_config(data)
+    [problem] = info.value.problems
+    assert problem.field == field and other in problem.message
+    assert info.value.by_field() == {field: problem.message}
+
+
+def test_every_combination_that_cannot_run_is_reported_at_once():
+    with pytest.raises(ConfigError) as info:
+        validate_run_config({"kind": "grpo", "warmup_steps": 200, "overlong_buffer": 600})
+    assert [p.field for p in info.value.problems] == ["warmup_steps", "overlong_buffer"]
+    assert str(info.value).startswith("'warmup_steps' must be <= max_steps") and "; 'overlong_buffer'" in str(info.value)
+
+
+def test_a_config_error_keeps_its_problems_across_pickling():
+    import pickle
+
+    from training.config import ConfigProblem
+
+    error = ConfigError("'x' is wrong", field="x")
+    assert error.problems == (ConfigProblem("x", "'x' is wrong"),) and str(error) == "'x' is wrong"
+    assert pickle.loads(pickle.dumps(error)).problems == error.problems

@@ -13,13 +13,13 @@ import pytest
 from environments.types import Task as EnvTask
 from tests.training.conftest import json_tasks_file, tiny_model_dir, tokenizer  # noqa: F401  (fixtures)
 from tests.workers.conftest import start_worker, stop_worker, wait_for
-from webapp.datasets.services import dataset_create
-from webapp.runs.job_selectors import job_row, placement_problem
+from webapp.datasets.services.datasets import dataset_create
 from webapp.runs.models import Job, JobState, MetricPoint, ModelSpec, WorkerNode
+from webapp.runs.selectors.jobs import job_row, placement_problem
 from webapp.runs.services.jobs import gpus_needed, job_create, queue_for_run
-from webapp.runs.services.run_config import run_create
+from webapp.runs.services.run_config import run_config_check, run_create
 from webapp.trajectories.models import Trajectory
-from webapp.verifiers.services import verifier_create
+from webapp.verifiers.services.verifiers import verifier_create
 from workers.registration import capacity_queues
 from workers.training_process import DeviceUnavailable, refuse_device_this_worker_lacks
 
@@ -84,8 +84,9 @@ def test_a_two_process_job_runs_through_a_real_worker_and_its_page_shows_its_ran
     config = {"kind": "grpo", "environment": "json_tool_call", "device": "cpu", "bf16": False, "max_steps": 2,
               "num_prompts_per_step": 2, "num_generations_per_prompt": 2, "max_completion_length": 8,
               "eval_interval": 0, "num_processes": 2}
-    run, _ = run_create(project=project, name="two ranks", kind="grpo", config=config, actor=owner,
-                        dataset=dataset, verifier_version=verifier.latest_version, model=model, start=False)
+    checked = run_config_check(config, project=project, kind="grpo", dataset=dataset,
+                               verifier_version=verifier.latest_version, model=model)
+    run, _ = run_create(name="two ranks", checked=checked, actor=owner, start=False)
     queue = f"dp-{uuid.uuid4().hex[:6]}"
     worker = start_worker(queue, tmp_path / "worker.log", lease_seconds=20)
     try:

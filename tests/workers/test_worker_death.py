@@ -17,12 +17,12 @@ import pytest
 from environments.types import Task as EnvTask
 from tests.training.conftest import json_tasks_file, tiny_model_dir, tokenizer  # noqa: F401  (fixtures)
 from tests.workers.conftest import start_worker, stop_worker, wait_for
-from webapp.datasets.services import dataset_create
+from webapp.datasets.services.datasets import dataset_create
 from webapp.runs.models import Job, JobState, MetricPoint, ModelSpec
 from webapp.runs.services.jobs import job_create
-from webapp.runs.services.run_config import run_create
+from webapp.runs.services.run_config import run_config_check, run_create
 from webapp.trajectories.models import Trajectory
-from webapp.verifiers.services import verifier_create
+from webapp.verifiers.services.verifiers import verifier_create
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -51,8 +51,9 @@ def grpo_run(project_team, tiny_model_dir, json_tasks_file):  # noqa: F811
     config = {"kind": "grpo", "environment": "json_tool_call", "device": "cpu", "bf16": False, "max_steps": STEPS,
               "num_prompts_per_step": PROMPTS, "num_generations_per_prompt": GENERATIONS,
               "max_completion_length": 8, "checkpoint_interval": 2, "eval_interval": 1000, "keep_top_k": 2}
-    run, _ = run_create(project=project, name="grpo", kind="grpo", config=config, actor=owner, dataset=dataset,
-                        verifier_version=verifier.latest_version, model=model, start=False)
+    checked = run_config_check(config, project=project, kind="grpo", dataset=dataset,
+                               verifier_version=verifier.latest_version, model=model)
+    run, _ = run_create(name="grpo", checked=checked, actor=owner, start=False)
     return run
 
 

@@ -74,13 +74,14 @@ def test_worker_registers_itself(live_worker):
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
 def test_a_cuda_run_on_a_worker_without_a_gpu_is_refused_before_it_starts(project_team, live_worker, tmp_path):
     """The job fails at once with what to do; no training process is started, no run folder trained."""
-    from webapp.datasets.services import dataset_create
-    from webapp.runs.services.run_config import run_create
+    from webapp.datasets.services.datasets import dataset_create
+    from webapp.runs.services.run_config import run_config_check, run_create
 
     owner, project = project_team["owner"], project_team["project"]
     dataset = dataset_create(project=project, name="none", tasks=[], actor=owner, environment="json_tool_call")
-    run, _ = run_create(project=project, name="on cuda", kind="eval", actor=owner, dataset=dataset, start=False,
-                        config={"kind": "eval", "environment": "json_tool_call", "device": "cuda"})
+    checked = run_config_check({"kind": "eval", "environment": "json_tool_call", "device": "cuda"}, project=project,
+                               kind="eval", dataset=dataset)
+    run, _ = run_create(name="on cuda", checked=checked, actor=owner, start=False)
     job = job_create(project=project, kind="eval", run=run, queue=live_worker.queue)
     done = _final(job.pk)
     assert done.state == JobState.FAILED, live_worker.log()[-3000:]

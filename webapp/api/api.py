@@ -1,4 +1,4 @@
-"""API endpoints. Access goes through webapp.projects.access like every page."""
+"""API endpoints. Access goes through webapp.projects.selectors.access like every page."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from ninja.parser import Parser
 from ninja.renderers import JSONRenderer
 
 from webapp.api.auth import API_AUTH
-from webapp.api.bounds import JsonInputError, body_too_big_message, json_loads_bounded
 from webapp.api.checkpoints import router as checkpoints_router
 from webapp.api.experiments import router as experiments_router
 from webapp.api.failures import router as failures_router
@@ -26,15 +25,16 @@ from webapp.api.runs import router as runs_router
 from webapp.api.schemas import ErrorOut, ProjectOut
 from webapp.api.trajectories import router as trajectories_router
 from webapp.api.verifiers import router as verifiers_router
-from webapp.projects.access import get_project_or_404, role_in
-from webapp.projects.selectors import project_list_for_user
+from webapp.common.bounds import JsonInputError, body_too_big_message, json_loads_bounded
+from webapp.projects.selectors.access import get_project_or_404, role_in
+from webapp.runs.selectors.overview import project_list_for_user
 
 logger = logging.getLogger("webapp.api")
 
 
 
 class BoundedJsonParser(Parser):
-    """Request bodies through webapp.api.bounds: no NaN/Infinity/1e400, no 64-bit overflow, bounded nesting.
+    """Request bodies through webapp.common.bounds: no NaN/Infinity/1e400, no 64-bit overflow, bounded nesting.
 
     One place for every endpoint: a number PostgreSQL's JSON refuses, or nesting that would
     exhaust the stack of whatever walks it next, is a 422 naming its path before any view runs.

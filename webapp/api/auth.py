@@ -7,7 +7,7 @@ Bad tokens are counted per client address (webapp.api.throttle).
 
 A token's scope narrows what its user may do: an expired token gets 401 saying when it expired, a
 read-only token 403 on any method but GET, HEAD and OPTIONS, and a token limited to one project
-403 on the user's other projects (webapp.projects.access checks that, for pages' and API's reads alike).
+403 on the user's other projects (webapp.projects.selectors.access checks that, for pages' and API's reads alike).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from ninja.security import HttpBearer
 from ninja.security import SessionAuth as NinjaSessionAuth
 
 from webapp.api.throttle import record_token_failure
-from webapp.projects.access import get_project_or_404, token_scope
-from webapp.projects.services import TokenExpired, api_token_authenticate
+from webapp.projects.selectors.access import get_project_or_404, token_scope
+from webapp.projects.services.projects import TokenExpired, api_token_authenticate
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 

@@ -16,20 +16,25 @@ from ninja import Router, Schema
 from ninja.errors import HttpError
 from pydantic import Field
 
-from webapp.api.bounds import CursorText, RowId, Text
+from webapp.api.derived import schema_of
 from webapp.api.experiments import router as experiments_router
-from webapp.api.pagination import CursorError, Page
 from webapp.api.schemas import ErrorOut, ExperimentOut
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
-from webapp.runs.checkpoint_selectors import (
+from webapp.common.bounds import CursorText, RowId, Text
+from webapp.common.pagination import CursorError, Page
+from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
+from webapp.runs.selectors.checkpoints import (
+    AliasMoveRow,
+    AliasRow,
+    CheckpointRow,
     alias_get,
     alias_history,
     alias_list,
     checkpoint_detail,
     checkpoint_table,
+    checkpoints_with_run,
     experiment_list,
 )
-from webapp.runs.models import Checkpoint
+from webapp.runs.selectors.failures import run_in_project
 
 router = Router(tags=["checkpoints"])
 
@@ -60,64 +65,9 @@ def paged(read: Callable[..., Page], **kwargs: Any) -> dict:
 # ---------------------------------------------------------------------------------------
 
 
-class GateOut(Schema):
-    state: str
-    experiment_id: int | None
-    detail: str
-    rows: list[dict]
-
-
-class CheckpointRowOut(Schema):
-    id: int
-    run_id: int
-    run_name: str
-    run_kind: str
-    step: int
-    kind: str
-    storage_uri: str
-    content_hash: str
-    created_at: datetime
-    validation: dict[str, float]
-    held_out: dict[str, float]
-    baseline: dict[str, float]
-    deltas: dict[str, float]
-    gates: GateOut
-    aliases: list[str]
-    kept: bool = Field(description="The run's keep_top_k retention keeps this checkpoint's folder (derived from "
-                                   "the run's config and recorded metrics).")
-    folder: str = Field(description="Whether this server holds the checkpoint's weights: present (downloadable), "
-                                    "gone (deleted by retention) or elsewhere (its path is outside its run's folder "
-                                    "on this server, e.g. an imported run's: kept as a record, never opened).")
-
-
-class AliasRowOut(Schema):
-    name: str
-    checkpoint_id: int
-    run_id: int
-    run_name: str
-    step: int
-    updated_at: datetime
-    moved_by: str | None
-    moved_at: datetime | None
-    forced: bool
-    is_rollback: bool
-
-
-class AliasMoveOut(Schema):
-    id: int
-    moved_at: datetime
-    moved_by: str | None
-    to_checkpoint_id: int
-    to_run_id: int
-    to_run_name: str
-    to_step: int
-    from_checkpoint_id: int | None
-    from_run_id: int | None
-    from_run_name: str | None
-    from_step: int | None
-    is_rollback: bool
-    forced: bool
-    reason: str
+CheckpointRowOut = schema_of(CheckpointRow, "CheckpointRowOut")
+AliasRowOut = schema_of(AliasRow, "AliasRowOut")
+AliasMoveOut = schema_of(AliasMoveRow, "AliasMoveOut")
 
 
 class ExperimentRowOut(ExperimentOut):
@@ -161,7 +111,7 @@ def list_checkpoints(request, slug: str, run_id: RowId | None = None,
     project = get_project_or_404(request.user, slug)
     run = None
     if run_id is not None:
-        run = project.runs.filter(pk=run_id).first()
+        run = run_in_project(project, run_id)
         if run is None:
             raise HttpError(404, f"No run {run_id} in this project.")
     return paged(checkpoint_table, project=project, run=run, after=after, limit=limit)
@@ -170,7 +120,7 @@ def list_checkpoints(request, slug: str, run_id: RowId | None = None,
 @router.get("/checkpoints/{checkpoint_id}", response=CheckpointRowOut)
 def get_checkpoint(request, checkpoint_id: int):
     """One checkpoint's row, gate status included (the verdict promotion will apply)."""
-    checkpoint = get_object_or_404_for_user(Checkpoint.objects.select_related("run"), request.user,
+    checkpoint = get_object_or_404_for_user(checkpoints_with_run(), request.user,
                                             project_field="run__project", pk=checkpoint_id)
     return checkpoint_detail(checkpoint)
 

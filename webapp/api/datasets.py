@@ -18,12 +18,29 @@ from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 from pydantic import ValidationError
 
-from webapp.api.bounds import NAME_PATTERN, Choice, RowId, Text
-from webapp.api.pagination import MAX_PAGE, CursorError
-from webapp.api.runs import FieldErrorsOut
+from webapp.api.errors import FieldErrorsOut, field_errors
 from webapp.api.schemas import ErrorOut
-from webapp.datasets.exports import EXPORT_FORMATS, export_filename, export_lines
-from webapp.datasets.generation import (
+from webapp.common.bounds import NAME_PATTERN, Choice, RowId, Text
+from webapp.common.pagination import MAX_PAGE, CursorError
+from webapp.datasets.models import Source, Split, TaskDataset
+from webapp.datasets.selectors.datasets import (
+    FilterError,
+    TaskFilter,
+    all_datasets,
+    dataset_in_project,
+    dataset_version,
+    provenance_of,
+    task_of,
+    task_page,
+    version_page,
+)
+from webapp.datasets.selectors.exports import EXPORT_FORMATS, export_filename, export_lines
+from webapp.datasets.services.datasets import (
+    DatasetConflict,
+    ensure_stats,
+    new_dataset_name_problem,
+)
+from webapp.datasets.services.generation import (
     ENVIRONMENTS,
     PREVIEW_SIZE,
     GenerationError,
@@ -33,8 +50,8 @@ from webapp.datasets.generation import (
     generation_spec,
     templates,
 )
-from webapp.datasets.imports import FORMATS as IMPORT_FORMATS
-from webapp.datasets.imports import (
+from webapp.datasets.services.imports import FORMATS as IMPORT_FORMATS
+from webapp.datasets.services.imports import (
     ImportConflict,
     ImportFileError,
     ImportReport,
@@ -44,21 +61,10 @@ from webapp.datasets.imports import (
     upload_discard,
     upload_store,
 )
-from webapp.datasets.models import Source, Split, TaskDataset
-from webapp.datasets.selectors import (
-    FilterError,
-    TaskFilter,
-    dataset_version,
-    provenance_of,
-    task_of,
-    task_page,
-    trajectories_of_task,
-    version_page,
-)
-from webapp.datasets.services import DatasetConflict, ensure_stats, new_dataset_name_problem
-from webapp.datasets.splits import SplitMoveError, dataset_split_move
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
+from webapp.datasets.services.splits import SplitMoveError, dataset_split_move
 from webapp.projects.models import Role
+from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
+from webapp.trajectories.selectors.trajectories import trajectories_of_task
 
 router = Router(tags=["datasets"])
 
@@ -225,11 +231,6 @@ class GenerateOut(Schema):
 # ---------------------------------------------------------------------------------------
 
 
-def _field_errors(errors: dict[str, str], status: int = 422) -> Status:
-    detail = "; ".join(f"{name}: {message}" for name, message in errors.items())
-    return Status(status, FieldErrorsOut(detail=detail, errors=errors))
-
-
 def _version_out(d: TaskDataset) -> dict:
     return {
         "id": d.pk, "name": d.name, "version": d.version, "environment": d.environment,
@@ -242,7 +243,7 @@ def _version_out(d: TaskDataset) -> dict:
 
 
 def _dataset_for(request, dataset_id: int, minimum: str = Role.VIEWER) -> TaskDataset:
-    dataset = get_object_or_404_for_user(TaskDataset.objects.all(), request.user, minimum, pk=dataset_id)
+    dataset = get_object_or_404_for_user(all_datasets(), request.user, minimum, pk=dataset_id)
     return dataset_version(dataset.project, dataset.pk)
 
 
@@ -266,7 +267,7 @@ def list_datasets(request, slug: str, query: Query[VersionQuery]):
     try:
         page = version_page(project, after=query.after, limit=query.limit, name=query.name or "")
     except CursorError as exc:
-        return _field_errors({"after": str(exc)}, 400)
+        return field_errors({"after": str(exc)}, 400)
     return {"items": [_version_out(d) for d in page.items], "next": page.next_cursor}
 
 
@@ -295,11 +296,11 @@ def list_tasks(request, dataset_id: RowId, query: Query[TaskQuery]):
     try:
         flt = TaskFilter.from_query(query.dict(exclude={"after", "limit"}, exclude_none=True))
     except FilterError as exc:
-        return _field_errors(exc.errors)
+        return field_errors(exc.errors)
     try:
         page = task_page(dataset, flt, after=query.after, limit=query.limit)
     except CursorError as exc:
-        return _field_errors({"after": str(exc)}, 400)
+        return field_errors({"after": str(exc)}, 400)
     return {"items": page.items, "next": page.next_cursor}
 
 
@@ -325,7 +326,7 @@ def export_dataset(request, dataset_id: RowId, format: Choice(*EXPORT_FORMATS) =
     a NeMo Gym import exports back as the rows imported). Streamed: any size, bounded memory."""
     dataset = _dataset_for(request, dataset_id)
     if format not in EXPORT_FORMATS:
-        return _field_errors({"format": f"Unknown format {format[:40]!r}; use crucible or nemo_gym."})
+        return field_errors({"format": f"Unknown format {format[:40]!r}; use crucible or nemo_gym."})
     response = StreamingHttpResponse(export_lines(dataset, format), content_type="application/x-ndjson; charset=utf-8")
     response["Content-Disposition"] = content_disposition_header(True, export_filename(dataset, format))
     response["X-Content-Type-Options"] = "nosniff"
@@ -367,18 +368,18 @@ def _import_request(request) -> tuple[ImportForm, object] | Status:
     try:
         files, data = request.FILES, request.POST
     except MultiPartParserError as exc:
-        return _field_errors({"file": f"The multipart body could not be read ({exc}): send the file as "
+        return field_errors({"file": f"The multipart body could not be read ({exc}): send the file as "
                                       "multipart/form-data (curl -F file=@tasks.jsonl)."}, 400)
     upload = files.get("file")
     if upload is None:
-        return _field_errors({"file": "Send the JSONL file as the multipart field 'file' "
+        return field_errors({"file": "Send the JSONL file as the multipart field 'file' "
                                       "(curl -F file=@tasks.jsonl)."})
     try:
         form = ImportForm.model_validate({key: data.get(key) for key in data
                                           if key in ImportForm.model_fields and not (key in _OPTIONAL and
                                                                                      data.get(key) == "")})
     except ValidationError as exc:
-        return _field_errors({".".join(str(p) for p in error["loc"]) or "form": error["msg"]
+        return field_errors({".".join(str(p) for p in error["loc"]) or "form": error["msg"]
                               for error in exc.errors()})
     return form, upload
 
@@ -406,7 +407,7 @@ def import_dataset(request, slug: str):
         upload = upload_store(file.chunks(), filename=file.name or "upload.jsonl", project=project,
                               user=request.user, declared_size=file.size)
     except ImportFileError as exc:
-        return _field_errors({exc.field: str(exc)})
+        return field_errors({exc.field: str(exc)})
     try:
         if dry_run:
             report = import_check(upload.path, target=target, filename=upload.filename)
@@ -414,9 +415,9 @@ def import_dataset(request, slug: str):
         created, report = import_create(upload.path, project=project, target=target, actor=request.user,
                                         filename=upload.filename)
     except ImportConflict as exc:
-        return _field_errors({exc.field: str(exc)}, 409)
+        return field_errors({exc.field: str(exc)}, 409)
     except ImportFileError as exc:
-        return _field_errors({exc.field: str(exc)})
+        return field_errors({exc.field: str(exc)})
     finally:
         upload_discard(upload)
     return Status(201, {"dry_run": False, "report": _report_out(report),
@@ -437,11 +438,11 @@ def move_split(request, dataset_id: RowId, body: SplitMoveIn):
         flt = TaskFilter.from_query(body.dict(exclude={"to_split"}))
         successor, moved = dataset_split_move(dataset=dataset, flt=flt, to_split=body.to_split, actor=request.user)
     except FilterError as exc:
-        return _field_errors(exc.errors)
+        return field_errors(exc.errors)
     except SplitMoveError as exc:
-        return _field_errors({exc.field: str(exc)})
+        return field_errors({exc.field: str(exc)})
     except DatasetConflict as exc:
-        return _field_errors({"dataset": str(exc)}, 409)
+        return field_errors({"dataset": str(exc)}, 409)
     return Status(201, {"moved": moved, "dataset": _version_out(dataset_version(dataset.project, successor.pk))})
 
 
@@ -462,13 +463,13 @@ def generate_tasks(request, slug: str, body: GenerateIn):
                                held_out_templates=held)
         parent = None
         if body.dataset is not None:
-            parent = TaskDataset.objects.filter(project=project, pk=body.dataset).first()
+            parent = dataset_in_project(project, body.dataset)
             if parent is None:
-                return _field_errors({"dataset": "No such dataset version in this project."})
+                return field_errors({"dataset": "No such dataset version in this project."})
         elif not body.dry_run:
             problem = new_dataset_name_problem(project, body.name.strip())
             if problem:
-                return _field_errors({"name": problem})
+                return field_errors({"name": problem})
         if body.dry_run:
             tasks, report = generate(spec)
             return Status(200, {"dry_run": True, "report": report.to_dict(),
@@ -476,6 +477,6 @@ def generate_tasks(request, slug: str, body: GenerateIn):
         created, report = generation_create(project=project, spec=spec, actor=request.user, name=body.name.strip(),
                                             parent=parent, description=body.description)
     except GenerationError as exc:
-        return _field_errors(exc.errors, 409 if exc.conflict else 422)
+        return field_errors(exc.errors, 409 if exc.conflict else 422)
     return Status(201, {"dry_run": False, "report": report.to_dict(), "preview": [],
                         "dataset": _version_out(dataset_version(project, created.pk))})

@@ -6,11 +6,13 @@ from ninja import Router
 from ninja.errors import HttpError
 from ninja.responses import Status
 
-from webapp.api.bounds import Text
 from webapp.api.schemas import AliasOut, ExperimentIn, ExperimentOut, PromoteIn
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
+from webapp.common.bounds import Text
+from webapp.datasets.selectors.datasets import newest_dataset_named
 from webapp.projects.models import Role
-from webapp.runs.models import Checkpoint, CheckpointAlias, Experiment
+from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
+from webapp.runs.selectors.checkpoints import alias_get, all_experiments, checkpoints_with_run
+from webapp.runs.selectors.models import model_named
 from webapp.runs.services.experiments import ExperimentError, experiment_create
 from webapp.runs.services.promotion import (
     AliasConflict,
@@ -19,12 +21,12 @@ from webapp.runs.services.promotion import (
     alias_rollback,
     checkpoint_promote,
 )
+from webapp.verifiers.selectors.verifiers import verifier_named
 
 router = Router(tags=["experiments"])
 
 
-def _named(queryset, name: str, what: str):
-    obj = queryset.filter(name=name).order_by(*(["-version"] if what == "dataset" else [])).first()
+def _named(obj, name: str, what: str):
     if obj is None:
         raise HttpError(400, f"No {what} named {name!r} in this project.")
     return obj
@@ -34,9 +36,9 @@ def _named(queryset, name: str, what: str):
 def create_experiment(request, slug: str, body: ExperimentIn):
     """Baseline -> SFT if needed -> GRPO -> held-out eval -> promotion gates, each stage a job."""
     project = get_project_or_404(request.user, slug, Role.EDITOR)
-    dataset = _named(project.datasets, body.dataset, "dataset")
-    verifier = _named(project.verifiers, body.verifier, "verifier")
-    model = _named(project.model_specs, body.model, "model")
+    dataset = _named(newest_dataset_named(project, body.dataset), body.dataset, "dataset")
+    verifier = _named(verifier_named(project, body.verifier), body.verifier, "verifier")
+    model = _named(model_named(project, body.model), body.model, "model")
     try:
         experiment = experiment_create(project=project, name=body.name, dataset=dataset,
                                        verifier_version=verifier.latest_version, model=model, actor=request.user,
@@ -48,7 +50,7 @@ def create_experiment(request, slug: str, body: ExperimentIn):
 
 @router.get("/experiments/{experiment_id}", response=ExperimentOut)
 def get_experiment(request, experiment_id: int):
-    return get_object_or_404_for_user(Experiment.objects.all(), request.user, pk=experiment_id)
+    return get_object_or_404_for_user(all_experiments(), request.user, pk=experiment_id)
 
 
 @router.post("/checkpoints/{checkpoint_id}/promote", response={200: AliasOut, 400: dict, 409: dict})
@@ -58,7 +60,7 @@ def promote_checkpoint(request, checkpoint_id: int, body: PromoteIn):
     Only a checkpoint whose experiment passed its gates is promoted as asked; any other
     needs `force: true` and a reason, which the alias history and the audit log keep.
     """
-    checkpoint = get_object_or_404_for_user(Checkpoint.objects.select_related("run"), request.user, Role.OWNER,
+    checkpoint = get_object_or_404_for_user(checkpoints_with_run(), request.user, Role.OWNER,
                                             project_field="run__project", pk=checkpoint_id)
     try:
         alias = checkpoint_promote(checkpoint=checkpoint, alias=body.alias, actor=request.user, reason=body.reason,
@@ -73,7 +75,7 @@ def promote_checkpoint(request, checkpoint_id: int, body: PromoteIn):
 @router.post("/projects/{slug}/aliases/{name}/rollback", response={200: AliasOut, 409: dict})
 def rollback_alias(request, slug: str, name: Text(64), body: PromoteIn):
     project = get_project_or_404(request.user, slug, Role.OWNER)
-    alias = CheckpointAlias.objects.filter(project=project, name=name).first()
+    alias = alias_get(project, name)
     if alias is None:
         raise HttpError(404, f"No alias {name!r} in this project.")
     try:

@@ -1,7 +1,7 @@
 """API for failure buckets: a run's buckets per step (with its top buckets and human
 re-bucketing), and two evaluations compared (per bucket, per task category, transitions).
 
-The Failures page reads the same selectors (webapp.trajectories.failure_selectors) and parses
+The Failures page reads the same selectors (webapp.runs.selectors.failures) and parses
 its query string with FailuresQuery. Viewers read; non-members get 404. Bad parameters answer
 422 as {"detail": message, "errors": {field: message}}, as every other router does.
 
@@ -14,15 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from ninja import Field, Query, Router, Schema
-from ninja.responses import Status
 from pydantic import ValidationError
 
-from webapp.api.bounds import RowId, Text
-from webapp.api.runs import FieldErrorsOut
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
+from webapp.api.errors import FieldErrorsOut, field_errors
+from webapp.common.bounds import RowId, Text
 from webapp.projects.models import Role
-from webapp.runs.models import Run
-from webapp.trajectories import failure_selectors as fs
+from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
+from webapp.runs.selectors import failures as fs
+from webapp.runs.selectors.runs import all_runs
 
 router = Router(tags=["failures"])
 
@@ -164,11 +163,6 @@ def counts_out(counts: fs.BucketCounts) -> dict[str, Any]:
     return {"total": counts.total, "counts": counts.counts, "shares": counts.shares}
 
 
-def _field_error(errors: dict[str, str]) -> Status:
-    detail = "; ".join(f"{field}: {message}" for field, message in errors.items())
-    return Status(422, FieldErrorsOut(detail=detail, errors=errors))
-
-
 def _eval_out(point: fs.EvalPoint) -> dict[str, Any]:
     return {"run_id": point.run.pk, "run_name": point.run.name, "run_kind": point.run.kind, "split": point.split,
             "step": point.step, "totals": counts_out(point.counts)}
@@ -189,11 +183,11 @@ def run_failures(request, run_id: RowId, query: Query[RunFailuresQuery]):
     "total": 64, "counts": {"passed": 26, "wrong_tool": 20, ...}, "shares": {...}}, ...], ...}.
     A split the run has no trajectories in is a 422 naming `split` and the splits it has.
     """
-    run = get_object_or_404_for_user(Run.objects.all(), request.user, Role.VIEWER, pk=run_id)
+    run = get_object_or_404_for_user(all_runs(), request.user, Role.VIEWER, pk=run_id)
     splits = fs.rollup_splits(run)
     split = query.split or fs.default_split(splits)
     if splits and split not in splits:
-        return _field_error({"split": f"Run {run.pk} has no trajectories in split {split!r}; "
+        return field_errors({"split": f"Run {run.pk} has no trajectories in split {split!r}; "
                                       f"it has {', '.join(splits)}."})
     steps = fs.step_buckets(run, split)
     return {
@@ -224,10 +218,10 @@ def compare_failures(request, slug: str, query: Query[CompareQuery]):
     try:
         a, b = fs.comparison_runs(project, query.a, query.b)
     except fs.ComparisonError as exc:
-        return _field_error(exc.errors)
+        return field_errors(exc.errors)
     if a is None or b is None:
         message = "This project has fewer than two evaluation runs; pass a and b (run ids) to compare other runs."
-        return _field_error({"a": message, "b": message})
+        return field_errors({"a": message, "b": message})
     point_a, point_b = fs.eval_point(a), fs.eval_point(b)
     categories = fs.category_comparison(point_a, point_b)
     transitions = fs.bucket_transitions(point_a, point_b)

@@ -12,27 +12,31 @@ project's jobs); a user with no project gets 403.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from django.core.exceptions import PermissionDenied
-from ninja import Field, Router, Schema
+from ninja import Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
-from webapp.api.bounds import Choice, Text
 from webapp.api.checkpoints import Cursor, next_field, paged
+from webapp.api.derived import schema_of
 from webapp.api.schemas import DIRECT_JOB_KIND_NAMES, ErrorOut, JobIn, JobOut
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, projects_for_user
+from webapp.common.bounds import Choice, Text
 from webapp.projects.models import Role
-from webapp.runs.job_selectors import (
+from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
+from webapp.projects.selectors.projects import has_any_project
+from webapp.runs.selectors.jobs import (
     JOB_STATES,
+    JobRow,
+    QueueRow,
     UnknownJobState,
+    WorkerRow,
+    all_jobs,
     job_list,
     job_row,
+    jobs_with_run,
     queue_summary,
     worker_list,
 )
-from webapp.runs.models import Job
 from webapp.runs.services.jobs import job_create, job_request_cancel, job_retry
 
 router = Router(tags=["jobs"])
@@ -41,24 +45,8 @@ router = Router(tags=["jobs"])
 DIRECT_JOB_KINDS = set(DIRECT_JOB_KIND_NAMES)  # the document states them as JobIn.kind's enum
 
 
-class QueueOut(Schema):
-    queue: str
-    queued: int
-    running: int
-    workers_alive: int
-
-
-class JobRowOut(JobOut):
-    attempt_label: str
-    run_name: str | None
-    worker: str
-    cancel_requested: bool
-    history: list
-    heartbeat_age_seconds: float | None
-    lease_expires_at: datetime | None
-    lease_seconds_left: float | None
-    processes: list[dict] = Field(description="A data-parallel job's ranks: rank, device, host, pid, step, time.")
-    placement_problem: str | None = Field(description="Why no running worker can take this queued job, or null.")
+QueueOut = schema_of(QueueRow, "QueueOut")
+JobRowOut = schema_of(JobRow, "JobRowOut")
 
 
 class JobDetailOut(JobRowOut):
@@ -70,19 +58,7 @@ class JobPageOut(Schema):
     next: str | None = next_field()
 
 
-class WorkerOut(Schema):
-    name: str
-    hostname: str
-    pid: int
-    queues: list
-    concurrency: int
-    gpus: list
-    started_at: datetime
-    heartbeat_at: datetime
-    heartbeat_age_seconds: float
-    stopped_at: datetime | None
-    alive: bool
-    status: str
+WorkerOut = schema_of(WorkerRow, "WorkerOut")
 
 
 class WorkerPageOut(Schema):
@@ -125,14 +101,14 @@ def create_job(request, slug: str, body: JobIn):
 
 @router.get("/jobs/{job_id}", response=JobDetailOut)
 def get_job(request, job_id: int):
-    job = get_object_or_404_for_user(Job.objects.select_related("run"), request.user, pk=job_id)
+    job = get_object_or_404_for_user(jobs_with_run(), request.user, pk=job_id)
     row = job_row(job)
     return JobDetailOut(**{**row.__dict__, "log_tail": job.log_tail})
 
 
 @router.post("/jobs/{job_id}/cancel", response={200: JobOut, 409: ErrorOut})
 def cancel_job(request, job_id: int):
-    job = get_object_or_404_for_user(Job.objects.all(), request.user, Role.EDITOR, pk=job_id)
+    job = get_object_or_404_for_user(all_jobs(), request.user, Role.EDITOR, pk=job_id)
     try:
         return job_request_cancel(job=job)
     except ValueError as exc:
@@ -142,7 +118,7 @@ def cancel_job(request, job_id: int):
 @router.post("/jobs/{job_id}/retry", response={200: JobRowOut, 409: ErrorOut})
 def retry_job(request, job_id: int):
     """Queue a failed or cancelled job again with a fresh attempt budget (editor); 409 otherwise."""
-    job = get_object_or_404_for_user(Job.objects.select_related("run"), request.user, Role.EDITOR, pk=job_id)
+    job = get_object_or_404_for_user(jobs_with_run(), request.user, Role.EDITOR, pk=job_id)
     try:
         job = job_retry(job=job)
     except ValueError as exc:
@@ -153,6 +129,6 @@ def retry_job(request, job_id: int):
 @router.get("/workers", response={200: WorkerPageOut, 400: ErrorOut, 403: ErrorOut})
 def list_workers(request, after: Cursor | None = None, limit: int = 100):
     """Every worker that announced itself; alive = heartbeat within 90 s and not stopped."""
-    if not projects_for_user(request.user).exists():
+    if not has_any_project(request.user):
         raise PermissionDenied("Workers are shown to members of a project; you are not a member of any.")
     return paged(worker_list, after=after, limit=limit)

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from webapp.api.bounds import (
+from webapp.api.schemas import ErrorOut, ValidationErrorOut
+from webapp.common.bounds import (
     BIGINT_MAX,
     BIGINT_MIN,
     CURSOR_PATTERN,
     MAX_JSON_DEPTH,
     STORABLE_TEXT_PATTERN,
 )
-from webapp.api.schemas import ErrorOut, ValidationErrorOut
 
 WRITE_METHODS = frozenset({"post", "put", "patch", "delete"})
 
@@ -103,7 +103,7 @@ def add_error_responses(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-# -- What any JSON value in a body may hold (webapp.api.bounds' rules, stated once) ---------------
+# -- What any JSON value in a body may hold (webapp.common.bounds' rules, stated once) ---------------
 
 JSON_VALUE = "JsonValue"
 JSON_VALUE_SCHEMA = {
@@ -126,7 +126,7 @@ def _state_json_rules(schema: Any) -> None:
     """Free-form objects (`dict` fields) hold JsonValues; a body's undeclared keys too (the parser checks them);
     no text holds a NUL.
 
-    The parser (webapp.api.bounds.json_loads_bounded) refuses a non-finite number, an integer beyond
+    The parser (webapp.common.bounds.json_loads_bounded) refuses a non-finite number, an integer beyond
     64 bits or nesting past the limit anywhere in a body, and clean_json a NUL in a free-form object:
     saying so here makes a valid document mean an accepted request.
     """

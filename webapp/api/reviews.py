@@ -1,7 +1,7 @@
 """API for the review queue and labels: queues from a filter, the next item with its lock, labels,
 undo, progress and agreement, label exports, and labels turned into dataset tasks.
 
-Roles (webapp.projects.access): viewers read queues and labels; reviewers take items, label,
+Roles (webapp.projects.selectors.access): viewers read queues and labels; reviewers take items, label,
 undo and export; editors create queues and turn labels into data. Non-members get 404 on
 everything, exports included. Field errors answer 422 as {"detail": message, "errors":
 {field: message}} (filter parameters as `filter.<name>`); an item held by someone else is a
@@ -19,14 +19,14 @@ from django.utils import timezone
 from ninja import Field, Router, Schema
 from ninja.responses import Status
 
-from webapp.api.bounds import NAME_PATTERN, Choice, Documented, JsonObject, LongText, RowId, Text
-from webapp.api.pagination import MAX_PAGE, CursorError
-from webapp.api.runs import FieldErrorsOut
+from webapp.api.errors import FieldErrorsOut
 from webapp.api.schemas import ErrorOut, EvalsOut
 from webapp.api.trajectories import filter_object_schema
+from webapp.common.bounds import NAME_PATTERN, Choice, Documented, JsonObject, LongText, RowId, Text
+from webapp.common.pagination import MAX_PAGE, CursorError
 from webapp.datasets.models import Split
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
 from webapp.projects.models import Role
+from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
 from webapp.trajectories.models import (
     FAILURE_BUCKETS,
     QueueItem,
@@ -34,19 +34,28 @@ from webapp.trajectories.models import (
     QueueOrder,
     Review,
     ReviewQueue,
-    Trajectory,
     Verdict,
 )
-from webapp.trajectories.review_selectors import (
+from webapp.trajectories.selectors.reviews import (
+    done_item_count,
+    has_labelled,
+    item_with_holder,
     label_rows,
     labels_csv,
     labels_jsonl,
     my_review_of,
     queue_agreement,
+    queue_assignee_names,
+    queue_in_project,
+    queue_item,
     queue_page,
     queue_progress,
+    queues_with_creator,
     review_page,
+    review_with_reviewer,
+    reviews_with_reviewer,
 )
+from webapp.trajectories.selectors.trajectories import trajectory_briefs
 from webapp.trajectories.services.review import (
     LIMIT_RANGE,
     LOCK_MINUTES_RANGE,
@@ -251,7 +260,7 @@ def _failed(exc: ReviewError) -> Status:
 
 
 def _queue_for(request, queue_id: int, minimum: str = Role.VIEWER) -> ReviewQueue:
-    return get_object_or_404_for_user(ReviewQueue.objects.select_related("project", "created_by"), request.user,
+    return get_object_or_404_for_user(queues_with_creator(), request.user,
                                       minimum, pk=queue_id)
 
 
@@ -259,11 +268,11 @@ def _queue_out(queue: ReviewQueue, done_items: int | None = None) -> dict[str, A
     if done_items is None:
         done_items = getattr(queue, "done_items", None)
     if done_items is None:
-        done_items = queue.items.filter(reviews_done__gte=queue.reviews_per_item).count()
+        done_items = done_item_count(queue)
     return {"id": queue.pk, "name": queue.name, "kind": queue.kind, "order": queue.order, "filter": queue.filter,
             "size": queue.size, "done_items": done_items, "reviews_per_item": queue.reviews_per_item,
             "lock_minutes": queue.lock_minutes,
-            "assignees": sorted(user.username for user in queue.assignees.all()),
+            "assignees": queue_assignee_names(queue),
             "created_by": queue.created_by.username if queue.created_by else None,
             "created_at": queue.created_at, "archived": queue.archived}
 
@@ -281,9 +290,9 @@ BRIEF = ("id", "task_key", "run_id", "step", "sample_index", "group_id", "reward
 
 
 def _item_out(item: QueueItem, user) -> dict[str, Any]:
-    item = QueueItem.objects.select_related("locked_by").get(pk=item.pk)
+    item = item_with_holder(item.pk)
     ids = [item.trajectory_id] + ([item.other_id] if item.other_id else [])
-    brief = {row["id"]: row for row in Trajectory.objects.filter(pk__in=ids).values(*BRIEF)}
+    brief = trajectory_briefs(ids, BRIEF)
     mine = my_review_of(item=item, reviewer=user)
     return {"id": item.pk, "queue_id": item.queue_id, "position": item.position, "trajectory_id": item.trajectory_id,
             "other_id": item.other_id, "reviews_done": item.reviews_done,
@@ -365,7 +374,7 @@ def next_item(request, queue_id: RowId):
 def release_item(request, queue_id: RowId, item_id: RowId):
     """Drop the caller's lock on the item (reviewer); someone else's lock is left alone."""
     queue = _queue_for(request, queue_id, Role.REVIEWER)
-    item = QueueItem.objects.filter(queue=queue, pk=item_id).first()
+    item = queue_item(queue, item_id)
     if item is None:
         return Status(404, ErrorOut(detail="No such item in this queue."))
     queue_release(item=item, reviewer=request.user)
@@ -379,17 +388,17 @@ def label_item(request, queue_id: RowId, item_id: RowId, body: ReviewIn):
     `preferred_id`. The caller must hold the item (from `next`) or have labelled it before:
     201 for a new label, 200 when it updated the caller's label. The lock is released."""
     queue = _queue_for(request, queue_id, Role.REVIEWER)
-    item = QueueItem.objects.filter(queue=queue, pk=item_id).first()
+    item = queue_item(queue, item_id)
     if item is None:
         return Status(404, ErrorOut(detail="No such item in this queue."))
-    existed = Review.objects.filter(item=item, reviewer=request.user).exists()
+    existed = has_labelled(item=item, reviewer=request.user)
     try:
         review = review_save(item=item, reviewer=request.user, verdict=body.verdict,
                              failure_bucket=body.failure_bucket, note=body.note,
                              corrected_output=body.corrected_output, preferred_id=body.preferred_id)
     except ReviewError as exc:
         return _failed(exc)
-    review = Review.objects.select_related("reviewer", "item").get(pk=review.pk)
+    review = review_with_reviewer(review.pk)
     return Status(200 if existed else 201, _review_out(review))
 
 
@@ -470,13 +479,13 @@ def list_reviews(request, slug: str, queue: RowId | None = None, reviewer: Text(
 def update_review(request, review_id: RowId, body: ReviewPatchIn):
     """Fields left out keep their value. Only the label's own reviewer (still a reviewer of the
     project) may change it: 403 for anyone else, 404 for non-members."""
-    review = get_object_or_404_for_user(Review.objects.select_related("reviewer", "item"), request.user,
+    review = get_object_or_404_for_user(reviews_with_reviewer(), request.user,
                                         Role.REVIEWER, project_field="trajectory__project", pk=review_id)
     try:
         review_update(review=review, reviewer=request.user, **body.dict(exclude_unset=True))
     except ReviewError as exc:
         return _failed(exc)
-    return _review_out(Review.objects.select_related("reviewer", "item").get(pk=review.pk))
+    return _review_out(review_with_reviewer(review.pk))
 
 
 @router.get("/projects/{slug}/reviews/export", response={200: None, 404: ErrorOut, 422: FieldErrorsOut},
@@ -494,7 +503,7 @@ def export_reviews(request, slug: str, format: Choice(*EXPORT_FORMATS) = "jsonl"
         return Status(422, FieldErrorsOut(detail=message, errors={"format": message}))
     chosen = None
     if queue is not None:
-        chosen = ReviewQueue.objects.filter(project=project, pk=queue).first()
+        chosen = queue_in_project(project, queue)
         if chosen is None:
             return Status(404, ErrorOut(detail="No such queue in this project."))
     content_type, writer = EXPORT_FORMATS[format]

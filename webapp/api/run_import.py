@@ -27,10 +27,11 @@ from django.urls import reverse
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
-from webapp.api.bounds import RowId
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
+from webapp.common.bounds import RowId
 from webapp.projects.models import Role
-from webapp.runs.models import Job, JobState
+from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
+from webapp.runs.models import JobState
+from webapp.runs.selectors.jobs import all_jobs
 from webapp.runs.services.run_import import (
     IMPORT_JOB_KIND,
     MAX_UPLOAD_BYTES,
@@ -180,7 +181,7 @@ def _enqueued(request, project, upload, name: str) -> Status:
 def import_run_job(request, slug: str, job_id: RowId):
     """Follow a background import (the 202 of the import): its state and progress, then its report or error."""
     project = get_project_or_404(request.user, slug)
-    job = get_object_or_404_for_user(Job.objects.all(), request.user, pk=job_id, project=project, kind=IMPORT_JOB_KIND)
+    job = get_object_or_404_for_user(all_jobs(), request.user, pk=job_id, project=project, kind=IMPORT_JOB_KIND)
     result = (job.payload or {}).get("result")
     report = result if job.state == JobState.SUCCEEDED and isinstance(result, dict) else None
     return {"job_id": job.pk, "state": job.state, "progress": job.progress, "error": job_error_text(job),

@@ -12,18 +12,25 @@ import copy
 from datetime import datetime
 from typing import Annotated, Any
 
-from django.db.models import QuerySet
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
 from training.config import RUN_CONFIG_SCHEMA
-from webapp.api.bounds import Choice, Count, Documented, JsonObject, RowId, Step, Text
-from webapp.api.pagination import MAX_PAGE, CursorError
+from webapp.api.errors import FieldErrorsOut, field_error, field_errors
 from webapp.api.schemas import ErrorOut, JobOut
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
+from webapp.common.bounds import Choice, Count, Documented, JsonObject, RowId, Step, Text
+from webapp.common.pagination import MAX_PAGE, CursorError
+from webapp.datasets.selectors.datasets import (
+    dataset_named_version,
+    first_dataset_names,
+    newest_dataset_named,
+)
 from webapp.projects.models import Project, Role
-from webapp.runs.models import Checkpoint, Run, RunKind, RunStatus
-from webapp.runs.selectors import (
+from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
+from webapp.runs.models import Run, RunKind, RunStatus
+from webapp.runs.selectors.checkpoints import project_checkpoint
+from webapp.runs.selectors.models import model_named, project_models
+from webapp.runs.selectors.runs import (
     DEFAULT_RUN_SORT,
     RUN_SORTS,
     X_AXES,
@@ -34,16 +41,23 @@ from webapp.runs.selectors import (
     run_detail,
     run_headline_metrics,
     run_list,
+    run_with_links,
+    runs_with_links,
 )
-from webapp.runs.series import DEFAULT_BUCKETS
+from webapp.runs.selectors.series import DEFAULT_BUCKETS
 from webapp.runs.services.run_config import (
     PATH_KEYS,
     QUEUE_REFERENCE,
     ConfigError,
-    config_error_field,
+    run_config_check,
     run_create,
 )
 from webapp.runs.services.runs import RunActionError, run_cancel, run_retry
+from webapp.verifiers.selectors.verifiers import (
+    verifier_named,
+    verifier_names,
+    verifier_version_numbered,
+)
 
 router = Router(tags=["runs"])
 
@@ -54,11 +68,6 @@ METRIC_NAME_LENGTH = 128  # MetricPoint.name
 # ---------------------------------------------------------------------------------------
 # Schemas
 # ---------------------------------------------------------------------------------------
-
-
-class FieldErrorsOut(Schema):
-    detail: str
-    errors: dict[str, str] = {}
 
 
 class RefIn(Schema):
@@ -206,13 +215,9 @@ class SeriesQuery(Schema):
 # ---------------------------------------------------------------------------------------
 
 
-def _run_queryset() -> QuerySet[Run]:
-    return Run.objects.select_related("dataset", "model", "verifier_version__verifier", "created_by")
-
-
 def _run_for(request, run_id: int, minimum: str = Role.VIEWER) -> Run:
     """The run if the user may act on it: 404 for non-members, 403 below `minimum`."""
-    return get_object_or_404_for_user(_run_queryset(), request.user, minimum, pk=run_id)
+    return get_object_or_404_for_user(runs_with_links(), request.user, minimum, pk=run_id)
 
 
 def _run_out(run: Run, headline: dict[str, float | None]) -> dict[str, Any]:
@@ -234,21 +239,17 @@ def _detail_out(detail: RunDetail) -> dict[str, Any]:
             "checkpoints": detail.checkpoints, "eta_seconds": detail.eta_seconds}
 
 
-def _field_error(field: str, message: str, status: int = 422) -> Status:
-    return Status(status, FieldErrorsOut(detail=message, errors={field: message}))
-
-
 @router.get("/projects/{slug}/runs", response={200: RunPageOut, 400: FieldErrorsOut, 422: FieldErrorsOut})
 def list_runs(request, slug: str, filters: Query[RunFilters]):
     """The project's runs, newest first by default; filters as on the runs page, keyset pages."""
     project = get_project_or_404(request.user, slug)
     if filters.sort not in RUN_SORTS:
-        return _field_error("sort", f"Unknown sort {filters.sort!r}; use one of {', '.join(RUN_SORTS)}.")
+        return field_error("sort", f"Unknown sort {filters.sort!r}; use one of {', '.join(RUN_SORTS)}.")
     values = filters.dict(exclude={"limit", "after", "sort"})
     try:
         page = run_list(project, **values, sort=filters.sort, after=filters.after, limit=filters.limit)
     except CursorError as exc:
-        return _field_error("after", str(exc), 400)
+        return field_error("after", str(exc), 400)
     headline = run_headline_metrics(page.items)
     return {"items": [_run_out(run, headline.get(run.pk, {})) for run in page.items], "next": page.next_cursor}
 
@@ -287,15 +288,15 @@ def get_metric_series(request, run_id: RowId, query: Query[SeriesQuery]):
     """
     run = _run_for(request, run_id)
     if query.x not in X_AXES:
-        return _field_error("x", f"Unknown x axis {query.x!r}; use one of {', '.join(X_AXES)}.")
+        return field_error("x", f"Unknown x axis {query.x!r}; use one of {', '.join(X_AXES)}.")
     names = list(dict.fromkeys(part.strip() for part in query.names.split(",") if part.strip()))
     problem = _names_problem(names)
     if problem:
-        return _field_error("names", problem)
+        return field_error("names", problem)
     try:
         result = metric_series(run, names, query.split, x=query.x, since_step=query.since, buckets=query.buckets)
     except SeriesError as exc:
-        return _field_error("x", str(exc), 400)
+        return field_error("x", str(exc), 400)
     return result
 
 
@@ -323,30 +324,32 @@ class _BadReference(ValueError):
         self.field = field
 
 
-def _available(queryset: QuerySet, what: str) -> str:
-    names = list(queryset.order_by("name").values_list("name", flat=True).distinct()[:20])
+AVAILABLE_NAMES = 20  # an unknown name's error lists at most this many that exist
+
+
+def _available(names: list[str], what: str) -> str:
     return f"available: {', '.join(names)}" if names else f"this project has no {what} yet"
 
 
 def _dataset(project: Project, ref: str | RefIn):
     name, version = (ref, None) if isinstance(ref, str) else (ref.name, ref.version)
-    versions = project.datasets.filter(name=name).order_by("-version")
-    dataset = versions.filter(version=version).first() if version is not None else versions.first()
+    dataset = newest_dataset_named(project, name) if version is None else dataset_named_version(project, name, version)
     if dataset is None:
-        if version is not None and versions.exists():
-            raise _BadReference("dataset", f"Dataset {name!r} has no version {version} "
-                                           f"(latest: {versions.first().version}).")
-        raise _BadReference("dataset", f"No dataset named {name!r} in this project ({_available(project.datasets, 'datasets')}).")
+        latest = newest_dataset_named(project, name) if version is not None else None
+        if latest is not None:
+            raise _BadReference("dataset", f"Dataset {name!r} has no version {version} (latest: {latest.version}).")
+        available = _available(first_dataset_names(project, AVAILABLE_NAMES), "datasets")
+        raise _BadReference("dataset", f"No dataset named {name!r} in this project ({available}).")
     return dataset
 
 
 def _verifier_version(project: Project, ref: str | RefIn):
     name, version = (ref, None) if isinstance(ref, str) else (ref.name, ref.version)
-    verifier = project.verifiers.filter(name=name).first()
+    verifier = verifier_named(project, name)
     if verifier is None:
         raise _BadReference("verifier", f"No verifier named {name!r} in this project "
-                                        f"({_available(project.verifiers, 'verifiers')}).")
-    found = verifier.versions.filter(version=version).first() if version is not None else verifier.latest_version
+                                        f"({_available(verifier_names(project)[:AVAILABLE_NAMES], 'verifiers')}).")
+    found = verifier_version_numbered(verifier, version) if version is not None else verifier.latest_version
     if found is None:
         raise _BadReference("verifier", f"Verifier {name!r} has no version {version}." if version is not None
                             else f"Verifier {name!r} has no version yet; save its configuration first.")
@@ -361,13 +364,13 @@ def _links(project: Project, body: RunIn) -> dict[str, Any]:
     if body.verifier is not None:
         links["verifier_version"] = _verifier_version(project, body.verifier)
     if body.model is not None:
-        links["model"] = project.model_specs.filter(name=body.model).first()
+        links["model"] = model_named(project, body.model)
         if links["model"] is None:
+            names = [model.name for model in project_models(project, AVAILABLE_NAMES)]
             raise _BadReference("model", f"No model named {body.model!r} in this project "
-                                         f"({_available(project.model_specs, 'models')}).")
+                                         f"({_available(names, 'models')}).")
     if body.parent_checkpoint_id is not None:
-        links["parent_checkpoint"] = Checkpoint.objects.filter(pk=body.parent_checkpoint_id,
-                                                               run__project=project).first()
+        links["parent_checkpoint"] = project_checkpoint(project, body.parent_checkpoint_id)
         if links["parent_checkpoint"] is None:
             raise _BadReference("parent_checkpoint_id",
                                 f"No checkpoint {body.parent_checkpoint_id} among this project's runs.")
@@ -376,16 +379,25 @@ def _links(project: Project, body: RunIn) -> dict[str, Any]:
 
 @router.post("/projects/{slug}/runs", response={201: RunDetailOut, 422: FieldErrorsOut})
 def create_run(request, slug: str, body: RunIn):
-    """Validate the config as the run form does, save the run and queue its job (one transaction)."""
+    """Validate the config as the run form does (once), save the run and queue its job (one transaction).
+
+    Every problem of the config comes back at once, each under the field it is about: `config.<path>`
+    (`config.verifier.name`), or the linked row's field when that row supplied the key.
+    """
     project = get_project_or_404(request.user, slug, Role.EDITOR)
     try:
-        run, _job = run_create(project=project, name=body.name, kind=body.kind, config=body.config,
-                               actor=request.user, **_links(project, body))
+        checked = run_config_check(body.config, project=project, kind=body.kind, **_links(project, body))
     except _BadReference as exc:
-        return _field_error(exc.field, str(exc))
+        return field_error(exc.field, str(exc))
     except ConfigError as exc:
-        return _field_error(config_error_field(str(exc), body.config), f"Invalid run config: {exc}.")
-    return Status(201, _detail_out(run_detail(_run_queryset().get(pk=run.pk))))
+        errors = {field: _invalid(message) for field, message in exc.by_field().items()}
+        return field_error(*next(iter(errors.items()))) if len(errors) == 1 else field_errors(errors)
+    run, _job = run_create(name=body.name, checked=checked, actor=request.user)
+    return Status(201, _detail_out(run_detail(run_with_links(run.pk))))
+
+
+def _invalid(message: str) -> str:
+    return f"Invalid run config: {message}" + ("" if message.endswith((".", "?")) else ".")
 
 
 @router.post("/runs/{run_id}/cancel", response={200: RunDetailOut, 409: ErrorOut})
@@ -396,7 +408,7 @@ def cancel_run(request, run_id: RowId):
         run_cancel(run=run)
     except RunActionError as exc:
         return Status(409, ErrorOut(detail=str(exc)))
-    return _detail_out(run_detail(_run_queryset().get(pk=run.pk)))
+    return _detail_out(run_detail(run_with_links(run.pk)))
 
 
 @router.post("/runs/{run_id}/retry", response={200: RunDetailOut, 409: ErrorOut})
@@ -407,4 +419,4 @@ def retry_run(request, run_id: RowId):
         run_retry(run=run)
     except RunActionError as exc:
         return Status(409, ErrorOut(detail=str(exc)))
-    return _detail_out(run_detail(_run_queryset().get(pk=run.pk)))
+    return _detail_out(run_detail(run_with_links(run.pk)))

@@ -7,7 +7,7 @@ from datetime import datetime
 from ninja import Schema
 from pydantic import Field, field_validator
 
-from webapp.api.bounds import (
+from webapp.common.bounds import (
     Choice,
     Count,
     Documented,
@@ -17,8 +17,8 @@ from webapp.api.bounds import (
     RowId,
     Text,
 )
+from webapp.runs.services.production_scoring import ProductionItem
 from webapp.runs.services.promotion import ALIAS_NAME
-from webapp.trajectories.services.production import ProductionItem
 
 
 class ProjectOut(Schema):

@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
 from webapp.api.models import TokenFailure
-from webapp.projects.throttle import client_ip, in_words
+from webapp.projects.services.throttle import client_ip, in_words
 
 
 def _limit() -> int:

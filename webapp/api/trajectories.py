@@ -10,7 +10,16 @@ from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
-from webapp.api.bounds import (
+from webapp.api.errors import FieldErrorsOut, field_errors
+from webapp.api.schemas import (
+    EvalsIn,
+    EvalsOut,
+    ProductionBatchIn,
+    ProductionBatchOut,
+    RescoreIn,
+    RescoreOut,
+)
+from webapp.common.bounds import (
     BIGINT_MAX,
     BIGINT_MIN,
     NUMBER_TEXT,
@@ -23,43 +32,44 @@ from webapp.api.bounds import (
     RowId,
     Text,
 )
-from webapp.api.pagination import MAX_PAGE, CursorError
-from webapp.api.runs import FieldErrorsOut
-from webapp.api.schemas import (
-    EvalsIn,
-    EvalsOut,
-    ProductionBatchIn,
-    ProductionBatchOut,
-    RescoreIn,
-    RescoreOut,
-)
-from webapp.datasets.models import TaskDataset
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
+from webapp.common.pagination import MAX_PAGE, CursorError
+from webapp.common.timeline import prompt_turns, turn_timeline
+from webapp.datasets.selectors.datasets import newest_dataset_named
 from webapp.projects.models import Role
-from webapp.runs.models import Run
+from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
+from webapp.runs.selectors.runs import all_runs
+from webapp.runs.services.production_scoring import (
+    ProductionLogError,
+    production_trajectories_log,
+)
+from webapp.runs.services.rescore import rescore_start, trajectory_reverify
 from webapp.trajectories.models import FAILURE_BUCKETS, Trajectory
-from webapp.trajectories.selectors import (
+from webapp.trajectories.selectors.trace import verifier_trace
+from webapp.trajectories.selectors.trajectories import (
     FILTER_FIELDS,
+    SEARCH_PATTERN,
     SOURCES,
     SPLITS,
     VERDICTS,
     FilterError,
     TrajectoryFilter,
+    all_rescores,
+    bucket_trajectories,
     rescore_results_of,
     same_task_elsewhere,
+    selected_trajectories,
+    trajectories_with_relations,
     trajectory_group,
     trajectory_page,
 )
 from webapp.trajectories.services.evals import tasks_from_trajectories
-from webapp.trajectories.services.production import (
-    ProductionLogError,
-    production_trajectories_log,
-)
-from webapp.trajectories.services.rescore import rescore_start, trajectory_reverify
 from webapp.trajectories.services.verification import env_task_of
-from webapp.trajectories.timeline import prompt_turns, turn_timeline
-from webapp.trajectories.trace import verifier_trace
 from webapp.verifiers.models import Verifier
+from webapp.verifiers.selectors.verifiers import (
+    verifier_named,
+    verifier_names,
+    verifier_version_or_latest,
+)
 
 router = Router(tags=["trajectories"])
 
@@ -142,9 +152,9 @@ class RescoreResultOut(Schema):
 
 
 def _verifier(project, name: str) -> Verifier:
-    verifier = project.verifiers.filter(name=name).first()
+    verifier = verifier_named(project, name)
     if verifier is None:
-        names = ", ".join(project.verifiers.values_list("name", flat=True)) or "none yet"
+        names = ", ".join(verifier_names(project)) or "none yet"
         raise HttpError(400, f"No verifier named {name!r} in this project (available: {names}).")
     return verifier
 
@@ -217,13 +227,11 @@ class TrajectoryQuery(Schema):
     group: Text(64) | None = Field(None, description="A GRPO group id.")
     task: Text(200) | None = Field(None, description="Exactly this task key.")
     text: Text(200) | None = Field(None, description="Task key contains.")
+    q: Documented(200, SEARCH_PATTERN) | None = Field(
+        None, description="Full-text search: prompts, outputs and tool-call arguments contain this text (case "
+                          "ignored; at least 3 characters). Combines with every other filter.")
     after: Cursor | None = Field(None, description="The `next` cursor of the previous page.")
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 100
-
-
-def _field_errors(errors: dict[str, str], status: int = 422) -> Status:
-    detail = "; ".join(f"{name}: {message}" for name, message in errors.items())
-    return Status(status, FieldErrorsOut(detail=detail, errors=errors))
 
 
 def _trajectory_filter(query: TrajectoryQuery) -> TrajectoryFilter:
@@ -241,18 +249,17 @@ def list_trajectories(request, slug: str, query: Query[TrajectoryQuery]):
     try:
         flt = _trajectory_filter(query)
     except FilterError as exc:
-        return _field_errors(exc.errors)
+        return field_errors(exc.errors)
     try:
         page = trajectory_page(project, flt, after=query.after, limit=query.limit)
     except CursorError as exc:
-        return _field_errors({"after": str(exc)}, 400)
+        return field_errors({"after": str(exc)}, 400)
     return {"items": page.items, "next": page.next_cursor}
 
 
 def _trajectory_for(request, trajectory_id: int, minimum: str = Role.VIEWER) -> Trajectory:
     return get_object_or_404_for_user(
-        Trajectory.objects.select_related("run", "checkpoint", "task", "verifier_version__verifier"),
-        request.user, minimum, pk=trajectory_id)
+        trajectories_with_relations(), request.user, minimum, pk=trajectory_id)
 
 
 @router.get("/trajectories/{trajectory_id}", response=TrajectoryDetailOut)
@@ -296,7 +303,7 @@ def reverify_trajectory(request, trajectory_id: RowId, body: RescoreIn):
     is kept and the new one is returned (and listed with the trajectory)."""
     trajectory = _trajectory_for(request, trajectory_id, Role.REVIEWER)
     verifier = _verifier(trajectory.project, body.verifier)
-    version = verifier.versions.filter(version=body.version).first() if body.version else verifier.latest_version
+    version = verifier_version_or_latest(verifier, body.version)
     if version is None:
         raise HttpError(400, f"Verifier {verifier.name!r} has no version {body.version}.")
     result = trajectory_reverify(trajectory=trajectory, verifier_version=version, actor=request.user)
@@ -330,9 +337,9 @@ def _rescore_result_out(result) -> dict[str, Any]:
 @router.post("/runs/{run_id}/rescore", response={201: RescoreOut})
 def rescore_run(request, run_id: int, body: RescoreIn):
     """Score the run's stored trajectories with another verifier version; originals are kept."""
-    run = get_object_or_404_for_user(Run.objects.all(), request.user, Role.EDITOR, pk=run_id)
+    run = get_object_or_404_for_user(all_runs(), request.user, Role.EDITOR, pk=run_id)
     verifier = _verifier(run.project, body.verifier)
-    version = verifier.versions.filter(version=body.version).first() if body.version else verifier.latest_version
+    version = verifier_version_or_latest(verifier, body.version)
     if version is None:
         raise HttpError(400, f"Verifier {verifier.name!r} has no version {body.version}.")
     rescore = rescore_start(run=run, verifier_version=version, actor=request.user)
@@ -342,9 +349,7 @@ def rescore_run(request, run_id: int, body: RescoreIn):
 
 @router.get("/rescores/{rescore_id}", response=RescoreOut)
 def get_rescore(request, rescore_id: int):
-    from webapp.trajectories.models import Rescore
-
-    rescore = get_object_or_404_for_user(Rescore.objects.all(), request.user, pk=rescore_id)
+    rescore = get_object_or_404_for_user(all_rescores(), request.user, pk=rescore_id)
     return RescoreOut(id=rescore.pk, run_id=rescore.run_id, verifier_version_id=rescore.verifier_version_id,
                       job_id=rescore.job_id, summary=rescore.summary)
 
@@ -353,18 +358,17 @@ def get_rescore(request, rescore_id: int):
 def evals_from_trajectories(request, slug: str, body: EvalsIn):
     """Turn failures into evals: chosen trajectories (or a run's whole bucket) become dataset tasks."""
     project = get_project_or_404(request.user, slug, Role.EDITOR)
-    dataset = TaskDataset.objects.filter(project=project, name=body.dataset).order_by("-version").first()
+    dataset = newest_dataset_named(project, body.dataset)
     if dataset is None:
         raise HttpError(400, f"No dataset named {body.dataset!r} in this project.")
-    rows = Trajectory.objects.filter(project=project)
     if body.trajectory_ids:
-        rows = rows.filter(pk__in=body.trajectory_ids)
+        rows = selected_trajectories(project, body.trajectory_ids)
     elif body.run_id is not None and body.bucket:
-        rows = rows.filter(run_id=body.run_id, failure_bucket=body.bucket)
+        rows = bucket_trajectories(project, body.run_id, body.bucket)
     else:
         raise HttpError(400, "Say which trajectories: `trajectory_ids`, or `run_id` with `bucket`.")
     try:
-        report = tasks_from_trajectories(trajectories=list(rows.select_related("task")), dataset=dataset,
+        report = tasks_from_trajectories(trajectories=rows, dataset=dataset,
                                          split=body.split, actor=request.user)
     except ValueError as exc:
         raise HttpError(400, str(exc)) from None

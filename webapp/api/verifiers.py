@@ -14,27 +14,16 @@ from ninja.responses import Status
 from pydantic import AfterValidator, StringConstraints
 
 from environments.registry import VERIFIERS
-from webapp.api.bounds import Choice, JsonObject, RowId, Text, clean_text
-from webapp.api.runs import FieldErrorsOut
+from webapp.api.errors import FieldErrorsOut, field_errors
 from webapp.api.schemas import CHAT_TURN_SCHEMA
-from webapp.datasets.models import Task
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
+from webapp.common.bounds import Choice, JsonObject, RowId, Text, clean_text
+from webapp.datasets.selectors.datasets import project_task
 from webapp.projects.models import Role
-from webapp.runs.models import Run
-from webapp.trajectories.models import Trajectory
-from webapp.trajectories.services.verification import env_task_of, env_trajectory_of
-from webapp.verifiers import config_form
-from webapp.verifiers.checks import (
-    CHECK_DEFAULT,
-    CHECK_MAX,
-    CHECK_MIN,
-    CheckError,
-    check_create,
-    check_score_pending,
-    check_summary,
-)
-from webapp.verifiers.models import SampleMethod, Verifier, VerifierCheck, VerifierVersion
-from webapp.verifiers.playground import (
+from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
+from webapp.runs.selectors.failures import run_in_project
+from webapp.runs.selectors.runs import runs_per_version_id
+from webapp.trajectories.selectors.trajectories import project_trajectory_with_task
+from webapp.trajectories.services.playground import (
     MAX_OUTPUT_CHARS,
     InputError,
     score_output,
@@ -43,8 +32,35 @@ from webapp.verifiers.playground import (
     trajectory_from_output,
     trajectory_from_turns,
 )
-from webapp.verifiers.selectors import latest_checks, run_counts
-from webapp.verifiers.services import VerifierNameTaken, verifier_create, verifier_update_config
+from webapp.trajectories.services.sanity_checks import (
+    CHECK_DEFAULT,
+    CHECK_MAX,
+    CHECK_MIN,
+    CheckError,
+    check_create,
+    check_score_pending,
+    check_summary,
+)
+from webapp.trajectories.services.verification import env_task_of, env_trajectory_of
+from webapp.verifiers.models import SampleMethod, Verifier, VerifierCheck, VerifierVersion
+from webapp.verifiers.selectors.verifiers import (
+    check_items,
+    checks_with_project,
+    latest_checks,
+    project_verifiers,
+    project_versions_with_creators,
+    verifier_named,
+    verifier_versions,
+    verifiers_with_project,
+    version_checks,
+    versions_with_project,
+)
+from webapp.verifiers.services import config_form
+from webapp.verifiers.services.verifiers import (
+    VerifierNameTaken,
+    verifier_create,
+    verifier_update_config,
+)
 
 router = Router(tags=["verifiers"])
 
@@ -171,11 +187,6 @@ class CheckOut(CheckBriefOut):
     disagreements: list[int] = Field(description="Positions of the items judged wrong.")
 
 
-def _field_errors(errors: dict[str, str], status: int = 422) -> Status:
-    detail = "; ".join(f"{name}: {message}" if name else message for name, message in errors.items())
-    return Status(status, FieldErrorsOut(detail=detail, errors={k or "config": v for k, v in errors.items()}))
-
-
 def _check_brief(check: VerifierCheck | None) -> dict | None:
     if check is None:
         return None
@@ -186,7 +197,7 @@ def _check_brief(check: VerifierCheck | None) -> dict | None:
 
 def _versions_out(versions: list[VerifierVersion]) -> list[dict]:
     ids = [v.pk for v in versions]
-    runs, checks = run_counts(ids), latest_checks(ids)
+    runs, checks = runs_per_version_id(ids), latest_checks(ids)
     return [{"id": v.pk, "verifier_id": v.verifier_id, "version": v.version, "config": v.config,
              "kind_version": v.kind_version, "content_hash": v.content_hash, "created_at": v.created_at,
              "created_by": v.created_by.get_username() if v.created_by else None, "runs": runs.get(v.pk, 0),
@@ -202,19 +213,17 @@ def _verifier_out(verifier: Verifier, versions: list[dict]) -> dict:
 
 
 def _verifier_for(request, verifier_id: int, minimum: str = Role.VIEWER) -> Verifier:
-    return get_object_or_404_for_user(Verifier.objects.select_related("project"), request.user, minimum,
-                                      pk=verifier_id)
+    return get_object_or_404_for_user(verifiers_with_project(), request.user, minimum, pk=verifier_id)
 
 
 def _version_for(request, verifier_id: int, number: int, minimum: str = Role.VIEWER) -> VerifierVersion:
     verifier = _verifier_for(request, verifier_id, minimum)
-    return get_object_or_404_for_user(VerifierVersion.objects.select_related("verifier__project", "created_by"),
-                                      request.user, minimum, project_field="verifier__project",
-                                      verifier=verifier, version=number)
+    return get_object_or_404_for_user(versions_with_project(), request.user, minimum,
+                                      project_field="verifier__project", verifier=verifier, version=number)
 
 
 def _detail(verifier: Verifier) -> dict:
-    versions = _versions_out(list(verifier.versions.select_related("created_by").order_by("-version")))
+    versions = _versions_out(verifier_versions(verifier))
     return {**_verifier_out(verifier, versions), "versions": versions}
 
 
@@ -222,10 +231,8 @@ def _detail(verifier: Verifier) -> dict:
 def list_verifiers(request, slug: str):
     """The project's verifiers with their kind, version count, latest version and its latest sanity check."""
     project = get_project_or_404(request.user, slug)
-    verifiers = list(Verifier.objects.filter(project=project).order_by("name"))
-    versions = list(VerifierVersion.objects.filter(verifier__project=project).select_related("created_by")
-                    .order_by("verifier_id", "-version"))
-    out = _versions_out(versions)
+    verifiers = project_verifiers(project)
+    out = _versions_out(project_versions_with_creators(project))
     by_verifier: dict[int, list[dict]] = {}
     for row in out:
         by_verifier.setdefault(row["verifier_id"], []).append(row)
@@ -242,17 +249,17 @@ def create_verifier(request, slug: str, body: VerifierIn):
     project = get_project_or_404(request.user, slug, Role.EDITOR)
     kinds = [k["name"] for k in config_form.kind_entries() if k["available"]]
     if body.kind not in kinds:
-        return _field_errors({"kind": f"Choose one of {', '.join(kinds)}."})
-    if Verifier.objects.filter(project=project, name=body.name).exists():
-        return _field_errors({"name": str(VerifierNameTaken(body.name))})
+        return field_errors({"kind": f"Choose one of {', '.join(kinds)}."})
+    if verifier_named(project, body.name) is not None:
+        return field_errors({"name": str(VerifierNameTaken(body.name))})
     problems = config_form.config_problems(body.kind, body.config, project)
     if problems:
-        return _field_errors({f"config.{k}" if k else "config": v for k, v in problems.items()})
+        return field_errors(problems)
     try:
         verifier = verifier_create(project=project, name=body.name, kind=body.kind, config=body.config,
                                    actor=request.user, description=body.description)
     except VerifierNameTaken as exc:  # a concurrent request created it between the check and now
-        return _field_errors({"name": str(exc)})
+        return field_errors({"name": str(exc)})
     return Status(201, _detail(verifier))
 
 
@@ -281,7 +288,7 @@ def create_version(request, verifier_id: RowId, body: VersionIn):
     verifier = _verifier_for(request, verifier_id, Role.EDITOR)
     problems = config_form.config_problems(verifier.kind, body.config, verifier.project)
     if problems:
-        return _field_errors({f"config.{k}" if k else "config": v for k, v in problems.items()})
+        return field_errors(problems)
     latest = verifier.latest_version
     version = verifier_update_config(verifier=verifier, config=body.config, actor=request.user)
     unchanged = latest is not None and version.pk == latest.pk
@@ -291,13 +298,13 @@ def create_version(request, verifier_id: RowId, body: VersionIn):
 def _score_inputs(project, body: ScoreIn):
     stored = None
     if body.trajectory_id is not None:
-        stored = Trajectory.objects.filter(project=project, pk=body.trajectory_id).select_related("task").first()
+        stored = project_trajectory_with_task(project, body.trajectory_id)
         if stored is None:
             raise InputError("trajectory_id", "No trajectory with this id in this project.")
     if body.task is not None:
         task = task_from_data(body.task, "task")
     elif body.task_id is not None:
-        row = Task.objects.filter(dataset__project=project, pk=body.task_id).select_related("dataset").first()
+        row = project_task(project, body.task_id)
         if row is None:
             raise InputError("task_id", "No task with this id in this project's datasets.")
         task = task_of_row(row)
@@ -331,13 +338,13 @@ def score(request, verifier_id: RowId, number: RowId, body: ScoreIn):
     try:
         task, trajectory = _score_inputs(version.verifier.project, body)
     except InputError as exc:
-        return _field_errors({exc.field: str(exc)})
+        return field_errors({exc.field: str(exc)})
     return score_output(version, task, trajectory).to_dict()
 
 
 def _check_out(check: VerifierCheck) -> dict:
     summary = check_summary(check)
-    items = list(check.items.order_by("position"))
+    items = check_items(check)
     return {**_check_brief(check), "version_id": check.version_id, "run_id": check.run_id, "method": check.method,
             "seed": check.seed, "scored": summary.scored, "errors": summary.errors, "histogram": summary.histogram,
             "items": [{"position": i.position, "trajectory_id": i.trajectory_id, "scored": i.scored,
@@ -351,7 +358,7 @@ def _check_out(check: VerifierCheck) -> dict:
 def list_checks(request, verifier_id: RowId, number: RowId):
     """Newest first: size, judged, agreed, agreement rate against the threshold."""
     version = _version_for(request, verifier_id, number)
-    return [_check_brief(c) for c in version.checks.all()[:200]]
+    return [_check_brief(c) for c in version_checks(version, limit=200)]
 
 
 @router.post("/verifiers/{verifier_id}/versions/{number}/checks", response={201: CheckOut, 422: FieldErrorsOut},
@@ -363,17 +370,17 @@ def create_check(request, verifier_id: RowId, number: RowId, body: CheckIn):
     version = _version_for(request, verifier_id, number, Role.EDITOR)
     run = None
     if body.run_id is not None:
-        run = Run.objects.filter(project=version.verifier.project, pk=body.run_id).first()
+        run = run_in_project(version.verifier.project, body.run_id)
         if run is None:
-            return _field_errors({"run_id": "No run with this id in this project."})
+            return field_errors({"run_id": "No run with this id in this project."})
     if body.method not in SampleMethod.values:
-        return _field_errors({"method": f"Choose one of {', '.join(SampleMethod.values)}."})
+        return field_errors({"method": f"Choose one of {', '.join(SampleMethod.values)}."})
     try:
         check = check_create(version=version, actor=request.user, size=body.size, run=run, method=body.method,
                              seed=body.seed)
     except CheckError as exc:
         field = {"run": "run_id"}.get(exc.field, exc.field)
-        return _field_errors({field: str(exc)})
+        return field_errors({field: str(exc)})
     check_score_pending(check)
     check.refresh_from_db()
     return Status(201, _check_out(check))
@@ -383,6 +390,6 @@ def create_check(request, verifier_id: RowId, number: RowId, body: CheckIn):
 def get_check(request, check_id: RowId):
     """One sanity check: the agreement rate, the reward histogram, every item with the verifier's verdict and
     the person's judgement, and the disagreements (items judged wrong)."""
-    check = get_object_or_404_for_user(VerifierCheck.objects.select_related("version__verifier__project"),
-                                       request.user, project_field="version__verifier__project", pk=check_id)
+    check = get_object_or_404_for_user(checks_with_project(), request.user,
+                                       project_field="version__verifier__project", pk=check_id)
     return _check_out(check)

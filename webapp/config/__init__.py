@@ -3,6 +3,6 @@
 Importing the package exposes the Celery app so that `celery -A webapp.config` works.
 """
 
-from webapp.config.celery import app as celery_app
+from webapp.common.celery import app as celery_app
 
 __all__ = ["celery_app"]

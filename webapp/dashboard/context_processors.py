@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 
-from webapp.projects.access import projects_for_user
 from webapp.projects.models import Theme, UserPreference
+from webapp.projects.selectors.access import projects_for_user
 
 # The seeds' workflow order; the key after `g` jumps there. An entry shows once its page exists.
 PROJECT_NAV = [
@@ -56,8 +56,8 @@ def user_theme(user) -> str:
 
 def example_note(slug: str) -> str:
     """The banner of a project that holds the imported example run (every page says what it is)."""
-    from webapp.projects.example_run import EXAMPLE_NOTE
     from webapp.runs.models import Run
+    from webapp.runs.services.example_run import EXAMPLE_NOTE
 
     held = (Run.objects.filter(project__slug=slug, import_info__has_key="example")
             .exclude(import_key="").exists())

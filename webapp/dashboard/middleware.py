@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 
-from webapp.api.bounds import unstorable_text_reason
+from webapp.common.bounds import unstorable_text_reason
 
 # Everything is served from our own origin (plotly.js and htmx included), so the
 # policy can forbid inline scripts: model output that slipped past escaping still

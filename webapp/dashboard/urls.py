@@ -14,6 +14,7 @@ from webapp.dashboard.views import (
     runs,
     trajectories,
     verifiers,
+    webhooks,
 )
 from webapp.dashboard.views import settings as project_settings
 
@@ -120,6 +121,13 @@ urlpatterns = [
     path("p/<slug:slug>/settings/secrets/", project_settings.secret_set, name="project_settings_secret_set"),
     path("p/<slug:slug>/settings/secrets/<int:secret_id>/delete/", project_settings.secret_delete,
          name="project_settings_secret_delete"),
+    path("p/<slug:slug>/settings/webhooks/", webhooks.webhooks_page, name="project_webhooks"),
+    path("p/<slug:slug>/settings/webhooks/add/", webhooks.webhook_add, name="project_webhook_add"),
+    path("p/<slug:slug>/settings/webhooks/<int:webhook_id>/test/", webhooks.webhook_test, name="project_webhook_test"),
+    path("p/<slug:slug>/settings/webhooks/<int:webhook_id>/active/", webhooks.webhook_toggle,
+         name="project_webhook_toggle"),
+    path("p/<slug:slug>/settings/webhooks/<int:webhook_id>/delete/", webhooks.webhook_remove,
+         name="project_webhook_delete"),
     path("p/<slug:slug>/settings/tokens/", project_settings.token_create, name="project_settings_token_create"),
     path("p/<slug:slug>/settings/tokens/<int:token_id>/revoke/", project_settings.token_revoke,
          name="project_settings_token_revoke"),

@@ -1,6 +1,6 @@
 """The Django admin: for superusers only, and read-only wherever writes belong to the services.
 
-Project isolation is enforced in `webapp/projects/access.py` for every page and API endpoint. The
+Project isolation is enforced in `webapp/projects/selectors/access.py` for every page and API endpoint. The
 admin does not go through it, so it is closed to everyone but active superusers (who see every
 project anyway); a staff user who is not a superuser gets the admin login page for every admin URL.
 
@@ -21,7 +21,7 @@ from django.forms.models import BaseInlineFormSet
 from django.template.response import TemplateResponse
 
 from webapp.projects.models import ApiToken, AuditEvent, Membership, Project, Role, TokenAccess
-from webapp.projects.services import (
+from webapp.projects.services.projects import (
     TokenOptionsError,
     api_token_issue,
     api_token_options_check,

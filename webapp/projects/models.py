@@ -129,7 +129,7 @@ class UserPreference(models.Model):
 class ProjectSecret(models.Model):
     """A credential an owner stored for this project's judges (llm_judge `api_key_secret`).
 
-    Only the ciphertext is stored (Fernet, keyed from SECRET_KEY: webapp/projects/secrets.py), so a
+    Only the ciphertext is stored (Fernet, keyed from SECRET_KEY: webapp/projects/services/secrets.py), so a
     database dump alone does not reveal it; no page, API answer, audit entry or export ever holds
     the value. Members reference it by name; only owners set, replace or delete it.
     """
@@ -152,3 +152,62 @@ class ProjectSecret(models.Model):
 
     def __repr__(self) -> str:  # never the ciphertext either
         return f"<ProjectSecret {self.pk} {self.name!r}>"
+
+
+class WebhookFormat(models.TextChoices):
+    SLACK = "slack", "Slack-compatible ({\"text\": ...})"
+    JSON = "json", "Plain JSON"
+
+
+class Webhook(models.Model):
+    """Where the project's notifications go: an HTTP endpoint, its body format and the events it wants.
+
+    The URL is checked against the same SSRF rule as judge endpoints (the operator's host allowlist,
+    no loopback unless allowed, never metadata or link-local addresses) when it is saved and again,
+    after DNS, at every delivery.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="webhooks")
+    name = models.CharField(max_length=100)
+    url = models.CharField(max_length=2000)
+    format = models.CharField(max_length=10, choices=WebhookFormat.choices, default=WebhookFormat.SLACK)
+    events = models.JSONField(default=list, help_text="Event names this endpoint receives.")
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="uniq_project_webhook_name")]
+
+    def __str__(self) -> str:
+        return f"webhook {self.name} of {self.project_id}"
+
+
+class DeliveryState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DELIVERED = "delivered", "Delivered"
+    FAILED = "failed", "Failed"
+
+
+class WebhookDelivery(models.Model):
+    """One notification to one webhook, and how sending it went (the workers retry it with backoff)."""
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=40)
+    subject = models.CharField(max_length=500)
+    payload = models.JSONField()
+    state = models.CharField(max_length=10, choices=DeliveryState.choices, default=DeliveryState.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_status = models.PositiveIntegerField(null=True, blank=True, help_text="The endpoint's last HTTP status.")
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["webhook", "-created_at"], name="webhook_delivery_recent")]
+
+    def __str__(self) -> str:
+        return f"delivery {self.pk} of {self.event} ({self.state})"

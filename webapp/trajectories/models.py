@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django.conf import settings
 from django.db import models
 
@@ -12,6 +14,43 @@ FAILURE_BUCKETS = [
     "extra_write", "unsafe_action", "truncated", "no_tool_call", "verifier_error",
 ]
 BUCKET_CHOICES = [(b, b.replace("_", " ")) for b in FAILURE_BUCKETS]
+# Characters of a trajectory's text kept for the search (prompts, outputs, tool calls and results).
+SEARCH_TEXT_LIMIT = 20_000
+
+
+def _content_text(content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
+        return "\n".join(str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in content)
+    return "" if content is None else str(content)
+
+
+def _call_text(call) -> str:
+    if not isinstance(call, dict):
+        return str(call)
+    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    arguments = function.get("arguments", "")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
+    return f"{function.get('name', '')} {arguments}"
+
+
+def search_text_of_turns(turns) -> str:
+    """What the trajectory search matches: each turn's text and its tool calls (name and arguments),
+    as written (the search lower-cases both sides), without the JSON around them, so a search for
+    "role" or "content" does not match every trajectory. Capped at SEARCH_TEXT_LIMIT characters."""
+    if not isinstance(turns, list):
+        return ""
+    parts: list[str] = []
+    for turn in turns:
+        if not isinstance(turn, dict):
+            continue
+        parts.append(_content_text(turn.get("content")))
+        parts.extend(_call_text(call) for call in turn.get("tool_calls") or [] if call)
+    text = "\n".join(p for p in parts if p)
+    text = text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")  # no NUL, no lone surrogate
+    return text[:SEARCH_TEXT_LIMIT]
 
 
 class Trajectory(models.Model):
@@ -38,6 +77,8 @@ class Trajectory(models.Model):
         help_text="The verifier version that produced reward and bucket.", db_index=False,
     )
     turns = models.JSONField(default=list)
+    search_text = models.TextField(blank=True, default="", editable=False,
+                                   help_text="The turns' text and tool calls, for the trajectory search.")
     tool_calls = models.JSONField(default=list, blank=True)
     reward = models.FloatField(null=True, blank=True, help_text="Null when the verifier failed (never 0 for an error).")
     components = models.JSONField(default=dict, blank=True)

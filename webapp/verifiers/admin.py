@@ -20,7 +20,7 @@ class VerifierAdmin(ViewOnlyAdmin):
 
 @admin.register(VerifierCheck)
 class VerifierCheckAdmin(ViewOnlyAdmin):
-    """Sanity checks are made and judged on the verifier pages (webapp.verifiers.checks)."""
+    """Sanity checks are made and judged on the verifier pages (webapp.trajectories.services.sanity_checks)."""
 
     list_display = ["id", "version", "size", "labelled", "agreed", "threshold", "created_by", "created_at"]
     list_select_related = ["version__verifier", "created_by"]

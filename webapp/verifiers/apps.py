@@ -7,6 +7,6 @@ class VerifiersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from webapp.verifiers.judge import install_judge_policy
+        from webapp.verifiers.services.judge import install_judge_policy
 
         install_judge_policy()

@@ -195,9 +195,22 @@ class Chart {
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { color: fg, size: 11 },
       xaxis: { title: { text: axisTitles[this.x] || this.x }, gridcolor: line, zerolinecolor: line,
         ...(this.x === "step" ? stepTicks(traces) : {}) },
-      yaxis: { gridcolor: line, zerolinecolor: line, ...flatRange(traces) }, showlegend: legend,
+      yaxis: { gridcolor: line, zerolinecolor: line, ...this.yAxis(traces) }, showlegend: legend,
       legend: { orientation: "h", y: -0.32 }, hovermode: "x unified",
     };
+  }
+
+  // The panel's own y settings (log scale, a fixed range, both kept in the URL), else the
+  // automatic range (flat for a constant series).
+  yAxis(traces) {
+    const view = panelView(this.el);
+    const axis = view.log ? { type: "log" } : { type: "linear", ...flatRange(traces) };
+    const [low, high] = rangeBounds(view.range, traces);
+    if (low !== null && high !== null && low < high && (!view.log || low > 0)) {
+      axis.range = view.log ? [Math.log10(low), Math.log10(high)] : [low, high];
+      axis.autorange = false;
+    }
+    return axis;
   }
 
   draw() {
@@ -254,6 +267,161 @@ export function flatRange(traces) {
 }
 
 const charts = [];
+
+// Per-panel settings live in the URL, so a link shows the same view: log=KEY;KEY,
+// y=KEY=MIN:MAX;KEY=MIN:MAX and hide=KEY;KEY, where KEY is the panel's split:names.
+export function panelKey(el) {
+  return `${el.dataset.split || "train"}:${el.dataset.names || ""}`;
+}
+
+function keyList(name) {
+  const raw = new URL(window.location.href).searchParams.get(name) || "";
+  return raw.split(";").filter(Boolean);
+}
+
+function setKeyList(name, keys) {
+  const url = new URL(window.location.href);
+  if (keys.length) url.searchParams.set(name, keys.join(";"));
+  else url.searchParams.delete(name);
+  window.history.replaceState(null, "", url.toString());
+}
+
+function ranges() {
+  const out = {};
+  for (const entry of keyList("y")) {
+    const cut = entry.lastIndexOf("=");
+    if (cut > 0) out[entry.slice(0, cut)] = entry.slice(cut + 1);
+  }
+  return out;
+}
+
+export function parseRange(text) {
+  const [low, high] = String(text || "").split(":");
+  const number = (v) => (v === undefined || v.trim() === "" || !Number.isFinite(Number(v)) ? null : Number(v));
+  return [number(low), number(high)];
+}
+
+// A bound left empty follows the data, so "min only" or "max only" works too.
+function rangeBounds(range, traces) {
+  let [low, high] = range;
+  if (low === null && high === null) return [null, null];
+  const ys = traces.filter((t) => !t.fill).flatMap((t) => t.y || []).filter(Number.isFinite);
+  if (!ys.length) return [null, null];
+  if (low === null) low = Math.min(...ys);
+  if (high === null) high = Math.max(...ys);
+  return [low, high];
+}
+
+export function panelView(el) {
+  const key = panelKey(el);
+  return { log: keyList("log").includes(key), range: parseRange(ranges()[key]), hidden: keyList("hide").includes(key) };
+}
+
+function toggleKey(name, key, on) {
+  const keys = keyList(name).filter((k) => k !== key);
+  setKeyList(name, on ? [...keys, key] : keys);
+}
+
+function setRange(key, low, high) {
+  const all = ranges();
+  if (low === "" && high === "") delete all[key];
+  else all[key] = `${low}:${high}`;
+  setKeyList("y", Object.entries(all).map(([k, v]) => `${k}=${v}`));
+}
+
+function redraw(el) {
+  const chart = charts.find((c) => c.el === el);
+  if (chart && Object.keys(chart.data).length) chart.draw();
+}
+
+function labelled(text, input) {
+  const label = document.createElement("label");
+  label.append(input, ` ${text}`);
+  return label;
+}
+
+// A small toolbar above each panel: log scale, y from/to, hide.
+function addPanelTools(el) {
+  const card = el.closest(".chart-card");
+  if (!card || card.querySelector(".chart-tools")) return;
+  const key = panelKey(el);
+  const view = panelView(el);
+  const tools = document.createElement("div");
+  tools.className = "chart-tools";
+  const log = document.createElement("input");
+  log.type = "checkbox";
+  log.checked = view.log;
+  log.dataset.panelLog = "";
+  log.addEventListener("change", () => { toggleKey("log", key, log.checked); redraw(el); });
+  const bound = (which, value) => {
+    const input = document.createElement("input");
+    input.type = "text";
+    input.inputMode = "decimal";
+    input.size = 6;
+    input.placeholder = which;
+    input.value = value === null ? "" : String(value);
+    input.setAttribute("aria-label", `${el.dataset.title || key}: y ${which}`);
+    input.dataset.panelY = which;
+    return input;
+  };
+  const low = bound("min", view.range[0]);
+  const high = bound("max", view.range[1]);
+  const apply = () => {
+    const ok = (v) => v.trim() === "" || Number.isFinite(Number(v));
+    low.classList.toggle("invalid", !ok(low.value));
+    high.classList.toggle("invalid", !ok(high.value));
+    if (!ok(low.value) || !ok(high.value)) return;
+    setRange(key, low.value.trim(), high.value.trim());
+    redraw(el);
+  };
+  low.addEventListener("change", apply);
+  high.addEventListener("change", apply);
+  const hide = document.createElement("button");
+  hide.type = "button";
+  hide.className = "ghost";
+  hide.textContent = "Hide";
+  hide.dataset.panelHide = "";
+  hide.addEventListener("click", () => setHidden(el, true));
+  const range = document.createElement("span");
+  range.className = "chart-range";
+  range.append("y ", low, " – ", high);
+  tools.append(labelled("log", log), range, hide);
+  card.prepend(tools);
+  card.hidden = view.hidden;
+}
+
+function setHidden(el, hidden) {
+  const card = el.closest(".chart-card");
+  if (card) card.hidden = hidden;
+  toggleKey("hide", panelKey(el), hidden);
+  fillPicker();
+  if (!hidden) redraw(el);
+}
+
+// The metric picker: every panel of the page with a checkbox; unticked panels are hidden.
+function fillPicker() {
+  const list = document.querySelector("[data-chart-picker-list]");
+  if (!list) return;
+  const hidden = keyList("hide");
+  const items = [...document.querySelectorAll("[data-chart]")].map((el) => {
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.checked = !hidden.includes(panelKey(el));
+    box.dataset.pickerKey = panelKey(el);
+    box.addEventListener("change", () => setHidden(el, !box.checked));
+    const split = el.dataset.split && el.dataset.split !== "train" ? ` (${el.dataset.split})` : "";
+    return labelled(`${el.dataset.title || panelKey(el)}${split}`, box);
+  });
+  list.replaceChildren(...items);
+  const count = document.querySelector("[data-chart-picker-count]");
+  const shown = items.filter((item) => item.querySelector("input").checked).length;
+  if (count) count.textContent = `${shown} of ${items.length}`;
+}
+
+function decorate(elements) {
+  elements.forEach(addPanelTools);
+  fillPicker();
+}
 
 function observe(elements) {
   // Only charts in view are fetched and drawn: a page with 20 panels stays responsive.
@@ -364,6 +532,7 @@ export function addLivePanels() {
   if (added.length) {
     grid.querySelector("[data-no-curves]")?.remove();
     wireControlsOnce();
+    decorate(added);
     observe(added);
   }
   return added;
@@ -374,6 +543,7 @@ export function start() {
   const elements = [...document.querySelectorAll("[data-chart]")];
   if (elements.length) {
     wireControlsOnce();
+    decorate(elements);
     observe(elements);
   }
   document.body.addEventListener("htmx:afterSettle", () => addLivePanels());

@@ -28,13 +28,26 @@ function currentConfig() {
   return config;
 }
 
-function effective(key, fallback) {
+function parsed(text) {
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+// What a key will be: what is typed, else the schema's default for the chosen kind
+// (x-kind-defaults), else the schema's default; the server renders both on the input.
+function effective(key) {
   const input = form.querySelector(`[data-config-key="${key}"]`);
-  if (!input) return fallback;
+  if (!input) return NaN;
   const value = inputValue(input);
   if (value !== undefined) return value;
-  const placeholder = Number(input.getAttribute("placeholder"));
-  return Number.isFinite(placeholder) ? placeholder : fallback;
+  const kind = document.getElementById("id_kind").value;
+  const byKind = parsed(input.dataset.kindDefaults);
+  const fallback = byKind && byKind[kind] !== undefined ? byKind[kind] : parsed(input.dataset.default);
+  return typeof fallback === "number" ? fallback : NaN;
 }
 
 function format(n) {
@@ -44,19 +57,19 @@ function format(n) {
 function updateEstimate() {
   const panel = document.getElementById("estimate");
   const kind = document.getElementById("id_kind").value;
-  const prompts = kind === "grpo" ? effective("num_prompts_per_step", 32) : effective("micro_batch_size", 8);
-  const group = kind === "grpo" ? effective("num_generations_per_prompt", 8) : 1;
+  const prompts = kind === "grpo" ? effective("num_prompts_per_step") : effective("micro_batch_size");
+  const group = kind === "grpo" ? effective("num_generations_per_prompt") : 1;
   const rollouts = prompts * group;
-  const perTurn = effective("max_completion_length", 512);
-  const turns = effective("max_turns", 1);
+  const perTurn = effective("max_completion_length");
+  const turns = effective("max_turns");
   const tokensStep = kind === "grpo" ? rollouts * perTurn * turns : NaN;
-  const steps = kind === "eval" ? 1 : effective("max_steps", 100);
+  const steps = kind === "eval" ? 1 : effective("max_steps");
   const total = tokensStep * steps;
   const throughput = Number(panel.dataset.throughput);
   const price = Number(panel.dataset.price);
   const hours = throughput > 0 ? total / throughput / 3600 : NaN;
   // N processes share the device hours (one device each): the ideal wall clock is hours / N.
-  const processes = Math.max(1, effective("num_processes", 1));
+  const processes = Math.max(1, effective("num_processes"));
   const set = (name, text) => { panel.querySelector(`[data-estimate="${name}"]`).textContent = text; };
   set("prompts", format(prompts));
   set("rollouts", kind === "grpo" ? format(rollouts) : "—");

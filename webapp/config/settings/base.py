@@ -129,7 +129,7 @@ CRUCIBLE_TRUSTED_PROXY_COUNT = env_int("CRUCIBLE_TRUSTED_PROXY_COUNT", 0, minimu
 # CRUCIBLE_LOGIN_FAILURE_LIMIT failures for one user name from one address, that pair is
 # refused (429, with when to retry) for CRUCIBLE_LOGIN_COOLOFF_MINUTES, right password included.
 AUTHENTICATION_BACKENDS = [
-    "webapp.projects.throttle.LoginThrottleBackend",
+    "webapp.projects.services.throttle.LoginThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("CRUCIBLE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
@@ -138,8 +138,8 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 # The lock runs from the failure that reached the limit; tries during it do not extend it.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
-AXES_CLIENT_IP_CALLABLE = "webapp.projects.throttle.client_ip"
-AXES_LOCKOUT_CALLABLE = "webapp.projects.throttle.login_lockout_response"
+AXES_CLIENT_IP_CALLABLE = "webapp.projects.services.throttle.client_ip"
+AXES_LOCKOUT_CALLABLE = "webapp.projects.services.throttle.login_lockout_response"
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
 AXES_VERBOSE = False  # no banner on every start; lockouts are still logged
 
@@ -242,6 +242,10 @@ CRUCIBLE_MODEL_ROOTS = [Path(p).expanduser() for p in env_list("CRUCIBLE_MODEL_R
 # CRUCIBLE_JUDGE_ALLOW_LOOPBACK=true; link-local and cloud metadata never. Judge keys are the
 # environment variables CRUCIBLE_JUDGE_KEY_<NAME> and nothing else (read where the judge runs).
 CRUCIBLE_JUDGE_ALLOWED_HOSTS = env_list("CRUCIBLE_JUDGE_ALLOWED_HOSTS", [])
+# Webhook deliveries go to this queue (light work: the default queue's worker takes it).
+CRUCIBLE_WEBHOOK_QUEUE = env_str("CRUCIBLE_WEBHOOK_QUEUE", "default")
+# Where people reach this server: the links in webhook notifications start with it.
+CRUCIBLE_PUBLIC_URL = (env_str("CRUCIBLE_PUBLIC_URL", "http://127.0.0.1:8000") or "").rstrip("/")
 CRUCIBLE_JUDGE_ALLOW_LOOPBACK = env_bool("CRUCIBLE_JUDGE_ALLOW_LOOPBACK", False)
 CRUCIBLE_JUDGE_MAX_SECONDS = env_int("CRUCIBLE_JUDGE_MAX_SECONDS", 120, minimum=1)
 CRUCIBLE_JUDGE_MAX_RESPONSE_BYTES = env_int("CRUCIBLE_JUDGE_MAX_RESPONSE_BYTES", 2_000_000, minimum=1024)
@@ -253,5 +257,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # django-axes logs every successful login at INFO; lockouts are warnings and stay visible.
-    "loggers": {"axes": {"level": "WARNING"}},
+    # runserver logs every request at INFO: quiet by default (4xx are warnings, 5xx errors, both
+    # still shown); CRUCIBLE_REQUEST_LOG_LEVEL=INFO shows every request.
+    "loggers": {"axes": {"level": "WARNING"},
+                "django.server": {"level": env_str("CRUCIBLE_REQUEST_LOG_LEVEL", "WARNING")}},
 }

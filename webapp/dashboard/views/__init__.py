@@ -1,1 +1,1 @@
-"""Page views, one module per navigation entry: small functions, access through webapp.projects.access."""
+"""Page views, one module per navigation entry: small functions, access through webapp.projects.selectors.access."""

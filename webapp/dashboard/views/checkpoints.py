@@ -1,7 +1,7 @@
 """Checkpoints: every checkpoint with its metrics and gates, the aliases and their history,
 promotion and rollback (owner), adapter downloads (viewer) and merged exports (editor).
 
-The reads are webapp.runs.checkpoint_selectors' and the writes webapp.runs.services.promotion's,
+The reads are webapp.runs.selectors.checkpoints' and the writes webapp.runs.services.promotion's,
 the same functions the API calls; the promotion form validates with the API's PromoteIn schema.
 """
 
@@ -23,23 +23,28 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_http_methods, require_POST
 from pydantic import ValidationError
 
-from webapp.api.pagination import CursorError, Page
 from webapp.api.schemas import PromoteIn
+from webapp.common.pagination import CursorError, Page
 from webapp.dashboard.views.common import breadcrumbs_for, has_page, query_without_after
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, role_in
 from webapp.projects.models import ROLE_RANK, Project, Role
-from webapp.runs.checkpoint_selectors import (
+from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404, role_in
+from webapp.runs.models import Checkpoint, CheckpointAlias, Run
+from webapp.runs.selectors.checkpoints import (
     AliasMoveRow,
     AliasRow,
     CheckpointRow,
     alias_get,
     alias_history,
     alias_list,
+    alias_names,
+    aliases_named,
     checkpoint_detail,
     checkpoint_table,
+    checkpoints_with_run_and_project,
+    runs_with_checkpoints,
 )
-from webapp.runs.models import Checkpoint, CheckpointAlias, Job, JobState, Run
-from webapp.runs.paths import checkpoint_folder
+from webapp.runs.selectors.failures import run_in_project
+from webapp.runs.selectors.jobs import latest_finished_export
 from webapp.runs.services.exports import (
     ExportRefused,
     checkpoint_export_start,
@@ -47,6 +52,7 @@ from webapp.runs.services.exports import (
     latest_exports,
     local_folder,
 )
+from webapp.runs.services.paths import checkpoint_folder
 from webapp.runs.services.promotion import (
     AliasConflict,
     GatesNotPassed,
@@ -127,7 +133,7 @@ def _run_filter(request: HttpRequest, project: Project) -> tuple[Run | None, str
         return None, None
     if not raw.isdigit() or len(raw) > 18:
         return None, f"“{raw[:40]}” is not a run id; pick a run from the list."
-    run = project.runs.filter(pk=int(raw)).first()
+    run = run_in_project(project, int(raw))
     if run is None:
         return None, f"There is no run {raw} in this project; pick a run from the list."
     return run, None
@@ -170,7 +176,7 @@ def checkpoint_list_page(request: HttpRequest, slug: str) -> HttpResponse:
 
 def _runs_with_checkpoints(project: Project, selected: Run | None) -> list[dict]:
     """The run filter's choices: the latest 200 runs that saved a checkpoint, and the selected one."""
-    runs = list(project.runs.filter(checkpoints__isnull=False).distinct().order_by("-id").values("id", "name")[:200])
+    runs = runs_with_checkpoints(project, limit=200)
     if selected is not None and all(r["id"] != selected.pk for r in runs):
         runs.insert(0, {"id": selected.pk, "name": selected.name})
     return runs
@@ -207,8 +213,7 @@ def _alias_panel(project: Project, after: str | None) -> dict:
         aliases = alias_list(project, after=after, limit=ALIASES_PER_PAGE)
     except CursorError as exc:
         return {"aliases": [], "alias_page": Page(items=[], next_cursor=None), "alias_error": str(exc)}
-    objects = {a.name: a for a in CheckpointAlias.objects.filter(project=project,
-                                                                 name__in=[r.name for r in aliases.items])}
+    objects = aliases_named(project, [r.name for r in aliases.items])
     entries = [AliasPanelEntry(row, alias_history(objects[row.name], limit=MOVES_IN_PANEL))
                for row in aliases.items if row.name in objects]
     return {"aliases": entries, "alias_page": aliases}
@@ -273,7 +278,7 @@ def _clean_message(message: str) -> str:
 
 
 def _checkpoint_for(request: HttpRequest, slug: str, checkpoint_id: int, minimum: str) -> Checkpoint:
-    return get_object_or_404_for_user(Checkpoint.objects.select_related("run__project"), request.user, minimum,
+    return get_object_or_404_for_user(checkpoints_with_run_and_project(), request.user, minimum,
                                       project_field="run__project", pk=checkpoint_id, run__project__slug=slug)
 
 
@@ -325,7 +330,7 @@ def checkpoint_promote_page(request: HttpRequest, slug: str, checkpoint_id: int)
     context = {
         "project": project, "checkpoint": row, "status": check.gates, "weights": check.weights,
         "needs_force": check.needs_force, "form": form,
-        "errors": errors, "alias_names": list(project.aliases.order_by("name").values_list("name", flat=True)[:200]),
+        "errors": errors, "alias_names": alias_names(project, limit=200),
         "metrics": [(name, row.baseline.get(name), value, MetricCell(value, row.deltas.get(name)))
                     for name, value in sorted(row.held_out.items())],
         "breadcrumbs": breadcrumbs_for(project, ("Checkpoints", list_url),
@@ -444,8 +449,7 @@ def checkpoint_export(request: HttpRequest, slug: str, checkpoint_id: int) -> Ht
 def checkpoint_export_download(request: HttpRequest, slug: str, checkpoint_id: int) -> HttpResponse:
     checkpoint = _checkpoint_for(request, slug, checkpoint_id, Role.VIEWER)
     project = checkpoint.run.project
-    job = (Job.objects.filter(project=project, kind="export", state=JobState.SUCCEEDED,
-                              payload__checkpoint_id=checkpoint.pk).order_by("-id").first())
+    job = latest_finished_export(project, checkpoint.pk)
     what = f"the merged model of checkpoint {checkpoint.pk} ({checkpoint.run.name}, step {checkpoint.step})"
     if job is None:
         return _unavailable(request, project, "Merged model not available",

@@ -1,7 +1,7 @@
 """Datasets: versions with their counts and lineage, the task browser, one task, import with a
 validation report, synthetic generation with a preview, split moves and exports.
 
-Reads are webapp.datasets.selectors', writes the services beside them (imports, generation,
+Reads are webapp.datasets.selectors.datasets', writes the services beside them (imports, generation,
 splits), the same functions the API and `manage.py import_tasks` call. Every string of a task
 or an uploaded file is hostile text: templates escape it, nothing is `|safe`.
 """
@@ -19,10 +19,28 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST
 
-from webapp.api.pagination import CursorError, Page
+from webapp.common.pagination import CursorError, Page
+from webapp.common.timeline import pretty_json
 from webapp.dashboard.views.common import breadcrumbs_for, query_without_after
-from webapp.datasets.exports import EXPORT_FORMATS, export_filename, export_lines
-from webapp.datasets.generation import (
+from webapp.datasets.models import Lineage, Split, TaskDataset
+from webapp.datasets.selectors.datasets import (
+    SOURCES,
+    SPLITS,
+    FilterError,
+    TaskFilter,
+    dataset_choice,
+    dataset_in_project,
+    dataset_version,
+    newest_versions,
+    provenance_of,
+    task_of,
+    task_page,
+    version_children,
+    version_page,
+)
+from webapp.datasets.selectors.exports import EXPORT_FORMATS, export_filename, export_lines
+from webapp.datasets.services.datasets import new_dataset_name_problem
+from webapp.datasets.services.generation import (
     ENVIRONMENTS,
     MAX_TASKS,
     PREVIEW_SIZE,
@@ -33,7 +51,7 @@ from webapp.datasets.generation import (
     generation_spec,
     templates,
 )
-from webapp.datasets.imports import (
+from webapp.datasets.services.imports import (
     FORMAT_CHOICES,
     ImportFileError,
     import_check,
@@ -46,26 +64,10 @@ from webapp.datasets.imports import (
     upload_save_meta,
     upload_store,
 )
-from webapp.datasets.models import Lineage, Split, TaskDataset
-from webapp.datasets.selectors import (
-    SOURCES,
-    SPLITS,
-    FilterError,
-    TaskFilter,
-    dataset_version,
-    newest_versions,
-    provenance_of,
-    task_of,
-    task_page,
-    trajectories_of_task,
-    version_children,
-    version_page,
-)
-from webapp.datasets.services import new_dataset_name_problem
-from webapp.datasets.splits import SplitMoveError, dataset_split_move
-from webapp.projects.access import get_project_or_404, has_role
+from webapp.datasets.services.splits import SplitMoveError, dataset_split_move
 from webapp.projects.models import Project, Role
-from webapp.trajectories.timeline import pretty_json
+from webapp.projects.selectors.access import get_project_or_404, has_role
+from webapp.trajectories.selectors.trajectories import trajectories_of_task
 
 PAGE_SIZE = 50
 VERSIONS_PER_PAGE = 100
@@ -94,7 +96,7 @@ def _dataset_choices(project: Project, selected) -> list[dict]:
     newest = newest_versions(project)
     chosen = _int(selected)
     if chosen and all(d.pk != chosen for d in newest):
-        extra = TaskDataset.objects.filter(project=project, pk=chosen).only("id", "name", "version").first()
+        extra = dataset_choice(project, chosen)
         if extra is not None:
             newest.append(extra)
     latest = {d.name: d.version for d in newest if d.name}
@@ -421,7 +423,7 @@ def dataset_import_report_page(request: HttpRequest, slug: str, token: str) -> H
         messages.success(request, f"Created {dataset.name} v{dataset.version}: {written.accepted} task(s) imported, "
                                   f"{written.rejected_count} rejected, {written.duplicate_count} duplicates skipped.")
         return redirect(reverse("dashboard:dataset_detail", args=[slug, dataset.pk]))
-    parent = TaskDataset.objects.filter(project=project, pk=report.parent_id).first() if report.parent_id else None
+    parent = dataset_in_project(project, report.parent_id) if report.parent_id else None
     context = {
         "project": project, "report": report, "upload": upload, "parent": parent, "token": token,
         "breadcrumbs": _crumbs(project, ("Import", reverse("dashboard:dataset_import", args=[slug])),
@@ -464,7 +466,7 @@ def dataset_generate_page(request: HttpRequest, slug: str) -> HttpResponse:
             errors.update(exc.errors)
         parent = None
         if values["dataset"]:
-            parent = TaskDataset.objects.filter(project=project, pk=_int(values["dataset"])).first()
+            parent = dataset_in_project(project, _int(values["dataset"]))
             if parent is None:
                 errors["dataset"] = "No such dataset version in this project."
         elif form.get("action") == "create":

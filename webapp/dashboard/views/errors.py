@@ -7,7 +7,7 @@ from django.http import HttpResponse, JsonResponse
 from django.utils.html import escape
 from django.views import defaults
 
-from webapp.api.bounds import body_too_big_message
+from webapp.common.bounds import body_too_big_message
 
 
 def bad_request(request, exception=None):

@@ -2,9 +2,9 @@
 
 An experiment is the seeds' workflow as one object (baseline -> SFT when needed -> GRPO ->
 held-out evaluation -> promotion gates); webapp.runs.services.experiments drives it. The form
-validates with that module's own code (experiment_config's checks per setting, each stage's
-run config as experiment_create checks it, then experiment_create itself), so the page
-accepts exactly what the API accepts, and shows every error beside the field it is about.
+validates with that module's own code, once (experiment_check: every setting, each stage's run
+config), and starts what it checked (experiment_start), so the page accepts exactly what the API
+accepts, and shows every error beside the field it is about (ExperimentError.errors names it).
 """
 
 from __future__ import annotations
@@ -15,22 +15,27 @@ from dataclasses import dataclass
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Max
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 from pydantic import TypeAdapter, ValidationError
 
-from training.config import RUN_CONFIG_SCHEMA, ConfigError
-from webapp.api.bounds import Text, json_problem
-from webapp.api.pagination import CursorError, Page
+from training.config import RUN_CONFIG_SCHEMA
+from webapp.common.bounds import Text, json_problem
+from webapp.common.pagination import CursorError, Page
 from webapp.dashboard.views.common import breadcrumbs_for, has_page, query_without_after
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, has_role
+from webapp.datasets.selectors.datasets import dataset_in_project, dataset_version_rows
 from webapp.projects.models import Project, Role
-from webapp.runs.checkpoint_selectors import ExperimentRow, experiment_list
+from webapp.projects.selectors.access import (
+    get_object_or_404_for_user,
+    get_project_or_404,
+    has_role,
+)
 from webapp.runs.models import Experiment, ExperimentState, Run
-from webapp.runs.selectors import run_latest_jobs
+from webapp.runs.selectors.checkpoints import ExperimentRow, experiment_list, experiments_for_page
+from webapp.runs.selectors.models import model_choice_rows, project_model
+from webapp.runs.selectors.runs import run_latest_jobs, runs_by_id_in
 from webapp.runs.services.experiments import (
     DEFAULT_CONFIG,
     NUMBER_BOUNDS,
@@ -39,12 +44,15 @@ from webapp.runs.services.experiments import (
     STAGE_ORDER,
     WAITING,
     ExperimentError,
+    ExperimentPlan,
+    experiment_check,
     experiment_config,
     experiment_create,
     experiment_inputs,
+    experiment_start,
     stage_plan,
 )
-from webapp.runs.services.run_config import LINKED_CONFIG_KEYS, run_config_check
+from webapp.verifiers.selectors.verifiers import project_verifier, verifier_choice_rows
 
 PAGE_SIZE = 50
 CHOICES_LIMIT = 500  # datasets, verifiers and models offered in one select
@@ -75,8 +83,6 @@ NUMBER_LABELS = {
 }
 NUMBER_STEPS = {"sft_valid_format_threshold": "0.01", "success_margin": "0.01", "latency_p95_max_ratio": "0.05"}
 FORM_FIELDS = ("name", "dataset", "verifier", "model", *STAGE_KEYS, *NUMBER_BOUNDS, "regression_datasets")
-_SETTING_ERROR = re.compile(r"^config\.(\w+): (.*)$", re.S)
-_QUOTED_KEY = re.compile(r"'([A-Za-z0-9_]+)'")
 
 
 def _field_anchor(key: str) -> tuple[str, str]:
@@ -164,11 +170,18 @@ def experiment_list_page(request: HttpRequest, slug: str) -> HttpResponse:
 # ---------------------------------------------------------------------------------------
 
 
+# Run-config keys a stage does not set, left out of the settings reference: the experiment's dataset,
+# verifier and model rows supply them (and the start checkpoint init_checkpoint), and a request never
+# gives a path. Documentation only: a problem's field comes from the problem itself.
+FROM_THE_EXPERIMENT = frozenset({"dataset", "environment", "verifier", "reward", "model", "model_gguf_file",
+                                 "init_checkpoint"})
+
+
 def settings_reference() -> list[dict]:
-    """training's run-config keys a stage may set, with their documentation (the linked ones excluded)."""
+    """training's run-config keys a stage may set, with their documentation (those the experiment supplies excluded)."""
     rows = []
     for key, spec in RUN_CONFIG_SCHEMA["properties"].items():
-        if key in LINKED_CONFIG_KEYS and key != "kind":
+        if key in FROM_THE_EXPERIMENT:
             continue
         rows.append({"key": key, "group": spec.get("x-group") or "", "kinds": ", ".join(spec.get("x-kinds") or []),
                      "default": json.dumps(spec["default"]) if "default" in spec else "",
@@ -177,10 +190,9 @@ def settings_reference() -> list[dict]:
 
 
 def _choices(project: Project) -> dict:
-    datasets = list(project.datasets.order_by("name", "-version").values("id", "name", "version")[:CHOICES_LIMIT])
-    verifiers = list(project.verifiers.annotate(latest=Max("versions__version")).order_by("name")
-                     .values("id", "name", "kind", "latest")[:CHOICES_LIMIT])
-    models = list(project.model_specs.order_by("name").values("id", "name", "hf_id", "local_path")[:CHOICES_LIMIT])
+    datasets = dataset_version_rows(project, CHOICES_LIMIT)
+    verifiers = verifier_choice_rows(project, CHOICES_LIMIT)
+    models = model_choice_rows(project, CHOICES_LIMIT)
     names = sorted({d["name"] for d in datasets})
     return {"datasets": datasets, "verifiers": verifiers, "models": models, "dataset_names": names}
 
@@ -259,29 +271,8 @@ def _pick(rows: list[dict], raw: str, what: str, errors: dict, field: str):
     return match
 
 
-def _blame(stage: str, message: str, overrides: dict) -> str:
-    """The field a stage's run-config error is about: the stage, or "common" when the key came from there."""
-    found = _QUOTED_KEY.search(message)
-    common, own = overrides.get("common"), overrides.get(stage)
-    if found and isinstance(common, dict) and found.group(1) in common and not (
-            isinstance(own, dict) and found.group(1) in own):
-        return "common"
-    return stage
-
-
-def _service_error(message: str, overrides: dict) -> tuple[str, str]:
-    """(field, message) for an ExperimentError: "config.grpo: ..." belongs beside the grpo textarea."""
-    match = _SETTING_ERROR.match(message)
-    if match and match.group(1) in FORM_FIELDS:
-        key, text = match.groups()
-        return (_blame(key, text, overrides) if key in STAGE_ORDER else key), _sentence(text)
-    if message.startswith("Regression dataset"):
-        return "regression_datasets", _sentence(message)
-    return "form", _sentence(message)
-
-
-def _validate(project: Project, form: dict, choices: dict) -> tuple[dict, dict]:
-    """(errors by field, what experiment_create needs); every error at once, not only the first."""
+def _validate(project: Project, form: dict, choices: dict) -> tuple[dict, ExperimentPlan | None]:
+    """(errors by field, the checked experiment to start); every error at once, not only the first."""
     errors: dict[str, str] = {}
     try:
         NAME_TEXT.validate_python(form["name"])
@@ -309,31 +300,20 @@ def _validate(project: Project, form: dict, choices: dict) -> tuple[dict, dict]:
         errors["regression_datasets"] = (f"Pick at most {MAX_REGRESSION_DATASETS} regression datasets."
                                          if not unstorable else _sentence(f"A name in {unstorable}"))
         overrides.pop("regression_datasets")
-    # Each setting's type and range: experiment_config's own checks, one setting at a time.
-    for key, value in list(overrides.items()):
-        try:
-            experiment_config({key: value})
-        except ExperimentError as exc:
-            field, message = _service_error(str(exc), overrides)
-            errors.setdefault(field, message)
-            overrides.pop(key)
-
-    links = {}
-    if dataset and verifier and model and verifier["latest"] is not None:
-        links = {"dataset": project.datasets.get(pk=dataset["id"]), "model": project.model_specs.get(pk=model["id"]),
-                 "verifier_version": project.verifiers.get(pk=verifier["id"]).latest_version}
-        # Each stage's run config as experiment_create checks it (common beneath the stage), so the
-        # form reports a bad SFT setting and a bad GRPO setting together.
-        for stage in STAGE_ORDER:
-            if any(key in errors for key in ("common", stage)):
-                continue
-            full = experiment_config({k: overrides[k] for k in ("common", stage) if k in overrides})
-            config = {**full["common"], **full[stage]}
-            try:
-                run_config_check(config, kind=config.get("kind", ""), project=project, **links)
-            except ConfigError as exc:
-                errors.setdefault(_blame(stage, str(exc), overrides), _sentence(str(exc)))
-    return errors, {**links, "config": overrides}
+    plan = None
+    try:
+        if dataset and verifier and model and verifier["latest"] is not None:
+            # Every setting and each stage's run config (common beneath the stage), checked once, all at once.
+            plan = experiment_check(
+                project=project, config=overrides, dataset=dataset_in_project(project, dataset["id"]),
+                model=project_model(project, model["id"]),
+                verifier_version=project_verifier(project, verifier["id"]).latest_version)
+        else:
+            experiment_config(overrides)  # each setting's type and range, without the rows to check stages with
+    except ExperimentError as exc:
+        for key, message in exc.errors.items():
+            errors.setdefault(key if key in FORM_FIELDS else "form", _sentence(message))
+    return errors, plan
 
 
 @login_required
@@ -344,19 +324,14 @@ def experiment_new_page(request: HttpRequest, slug: str) -> HttpResponse:
     errors: dict[str, str] = {}
     if request.method == "POST":
         form = _posted_form(request)
-        errors, ready = _validate(project, form, choices)
-        if not errors:
-            try:
-                experiment = experiment_create(project=project, name=form["name"], actor=request.user, **ready)
-            except ExperimentError as exc:
-                field, message = _service_error(str(exc), ready["config"])
-                errors[field] = message
-            else:
-                baseline = experiment.stages.get("baseline", {}).get("run")
-                messages.success(request, f"Experiment {experiment.name!r} started"
-                                          + (f": the baseline evaluation is queued as run {baseline}." if baseline
-                                             else "."))
-                return redirect("dashboard:experiment_detail", slug=slug, experiment_id=experiment.pk)
+        errors, plan = _validate(project, form, choices)
+        if not errors and plan is not None:
+            experiment = experiment_start(plan=plan, name=form["name"], actor=request.user)
+            baseline = experiment.stages.get("baseline", {}).get("run")
+            messages.success(request, f"Experiment {experiment.name!r} started"
+                                      + (f": the baseline evaluation is queued as run {baseline}." if baseline
+                                         else "."))
+            return redirect("dashboard:experiment_detail", slug=slug, experiment_id=experiment.pk)
     else:
         form = _initial_form(request, choices)
     selected_dataset = next((d["name"] for d in choices["datasets"] if str(d["id"]) == form["dataset"]), None)
@@ -457,7 +432,7 @@ def stage_views(experiment: Experiment) -> list[StageView]:
     plan = stage_plan(experiment)
     plan += [name for name in stage_order(stages) if name not in plan]
     run_ids = [info["run"] for info in stages.values() if info.get("run")]
-    runs = {run.pk: run for run in Run.objects.filter(pk__in=run_ids)}
+    runs = runs_by_id_in(experiment.project, run_ids)
     jobs = run_latest_jobs(runs.values())
     views = []
     for key in plan:
@@ -476,9 +451,7 @@ def stage_views(experiment: Experiment) -> list[StageView]:
 
 def _experiment_for(request: HttpRequest, slug: str, experiment_id: int) -> Experiment:
     return get_object_or_404_for_user(
-        Experiment.objects.select_related("project", "dataset", "verifier_version__verifier", "model", "created_by",
-                                          "candidate_checkpoint__run"),
-        request.user, Role.VIEWER, pk=experiment_id, project__slug=slug)
+        experiments_for_page(), request.user, Role.VIEWER, pk=experiment_id, project__slug=slug)
 
 
 def _live_context(request: HttpRequest, experiment: Experiment) -> dict:

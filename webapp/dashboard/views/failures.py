@@ -1,7 +1,7 @@
 """Failures: a run's failure buckets per step, its top buckets with examples, human re-bucketing,
 and two evaluations side by side (per bucket, per task category, which tasks changed bucket).
 
-The reads are webapp.trajectories.failure_selectors', the same functions the API calls; the
+The reads are webapp.runs.selectors.failures', the same functions the API calls; the
 query string is parsed with the API's FailuresQuery schema, so both refuse the same values.
 Every count links to the trajectory list filtered to what it counts, once that page exists.
 """
@@ -18,11 +18,12 @@ from django.urls import reverse
 
 from webapp.api.failures import FailuresQuery, query_errors
 from webapp.dashboard.views.common import breadcrumbs_for, has_page
-from webapp.projects.access import get_project_or_404, has_role
 from webapp.projects.models import Project, Role
+from webapp.projects.selectors.access import get_project_or_404, has_role
 from webapp.runs.models import Run
-from webapp.trajectories import failure_selectors as fs
-from webapp.trajectories.selectors import MAX_TEXT
+from webapp.runs.selectors import failures as fs
+from webapp.runs.selectors.runs import run_choice_rows
+from webapp.trajectories.selectors.trajectories import MAX_TEXT
 
 RUN_CHOICES = 200
 CATEGORY_LABEL = 40  # characters of a category shown under its bars (the tables show it whole)
@@ -179,8 +180,7 @@ def _comparison_chart(a: fs.EvalPoint, b: fs.EvalPoint, categories: fs.Categorie
 
 def _run_choices(project: Project) -> list[tuple[str, str]]:
     """(value, label) of the run pickers, newest first; three pickers list them on every view."""
-    runs = Run.objects.filter(project=project).order_by("-created_at", "-id").values_list("pk", "name", "kind")
-    return [(str(pk), f"{name} ({kind}, #{pk})") for pk, name, kind in runs[:RUN_CHOICES]]
+    return [(str(pk), f"{name} ({kind}, #{pk})") for pk, name, kind in run_choice_rows(project, limit=RUN_CHOICES)]
 
 
 @login_required

@@ -10,9 +10,9 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from webapp.projects.access import get_project_or_404
-from webapp.projects.selectors import project_list_for_user
-from webapp.projects.services import user_theme_set
+from webapp.projects.selectors.access import get_project_or_404
+from webapp.projects.services.projects import user_theme_set
+from webapp.runs.selectors.overview import project_list_for_user
 
 
 @login_required

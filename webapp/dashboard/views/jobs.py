@@ -8,12 +8,22 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from webapp.api.pagination import CursorError, Page
+from webapp.common.pagination import CursorError, Page
 from webapp.dashboard.views.common import breadcrumbs_for, has_page, query_without_after
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, has_role
 from webapp.projects.models import Role
-from webapp.runs.job_selectors import UnknownJobState, job_list, queue_summary, worker_list
+from webapp.projects.selectors.access import (
+    get_object_or_404_for_user,
+    get_project_or_404,
+    has_role,
+)
 from webapp.runs.models import Job, JobState
+from webapp.runs.selectors.jobs import (
+    UnknownJobState,
+    all_jobs,
+    job_list,
+    queue_summary,
+    worker_list,
+)
 from webapp.runs.services.jobs import job_request_cancel, job_retry
 
 
@@ -45,7 +55,7 @@ def job_list_page(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _job_for_editor(request: HttpRequest, slug: str, job_id: int) -> Job:
-    return get_object_or_404_for_user(Job.objects.all(), request.user, Role.EDITOR, pk=job_id, project__slug=slug)
+    return get_object_or_404_for_user(all_jobs(), request.user, Role.EDITOR, pk=job_id, project__slug=slug)
 
 
 def _job_action(request: HttpRequest, slug: str, job_id: int, action, done: str) -> HttpResponse:

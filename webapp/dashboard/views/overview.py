@@ -10,13 +10,18 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from webapp.dashboard.views.common import has_page
-from webapp.projects.access import get_project_or_404, has_role, role_in
 from webapp.projects.models import Project, Role
-from webapp.projects.selectors import project_members
-from webapp.runs.checkpoint_selectors import alias_list
-from webapp.runs.job_selectors import job_list
-from webapp.runs.models import Experiment, ExperimentState, Run, RunKind, RunStatus
-from webapp.runs.selectors import HEADLINE_METRICS, run_headline_metrics, run_list
+from webapp.projects.selectors.access import get_project_or_404, has_role, role_in
+from webapp.projects.selectors.projects import project_members
+from webapp.runs.selectors.checkpoints import alias_list, running_experiments
+from webapp.runs.selectors.jobs import job_list, queued_job_count
+from webapp.runs.selectors.overview import project_progress
+from webapp.runs.selectors.runs import (
+    HEADLINE_METRICS,
+    run_headline_metrics,
+    run_list,
+    running_run_count,
+)
 
 
 @dataclass(frozen=True)
@@ -37,22 +42,22 @@ def start_steps(project: Project) -> list[StartStep]:
     """Dataset → verifier → model → baseline eval → SFT when the format rate is low → GRPO → promote.
 
     The demo's imported example runs do not tick a step: they were not done in this project."""
-    runs = Run.objects.filter(project=project).exclude(import_info__has_key="example")
+    done = project_progress(project)
     slug = project.slug
     return [
-        StartStep("Import a dataset of tasks", project.datasets.exists(), _url("dashboard:dataset_list", slug),
+        StartStep("Import a dataset of tasks", done.has_datasets, _url("dashboard:dataset_list", slug),
                   "Import tasks"),
-        StartStep("Create a verifier and sanity-check it", project.verifiers.exists(),
+        StartStep("Create a verifier and sanity-check it", done.has_verifiers,
                   _url("dashboard:verifier_list", slug), "Add a verifier"),
-        StartStep("Register the model to train", project.model_specs.exists(),
+        StartStep("Register the model to train", done.has_models,
                   _url("dashboard:project_settings", slug, "#models"), "Add a model"),
-        StartStep("Measure a baseline on held-out tasks", runs.filter(kind=RunKind.EVAL).exists(),
+        StartStep("Measure a baseline on held-out tasks", done.has_eval_run,
                   _url("dashboard:run_new", slug, "?kind=eval"), "New evaluation run"),
-        StartStep("SFT if the baseline rarely follows the format", runs.filter(kind=RunKind.SFT).exists(),
+        StartStep("SFT if the baseline rarely follows the format", done.has_sft_run,
                   _url("dashboard:run_new", slug, "?preset=sft_format"), "New SFT run"),
-        StartStep("GRPO with verifiable rewards", runs.filter(kind=RunKind.GRPO).exists(),
+        StartStep("GRPO with verifiable rewards", done.has_grpo_run,
                   _url("dashboard:run_new", slug, "?preset=smollm2_cpu_grpo"), "New GRPO run"),
-        StartStep("Promote a checkpoint that beats the baseline", project.aliases.exists(),
+        StartStep("Promote a checkpoint that beats the baseline", done.has_aliases,
                   _url("dashboard:checkpoint_list", slug), "Checkpoints"),
     ]
 
@@ -70,14 +75,13 @@ def project_overview(request: HttpRequest, slug: str) -> HttpResponse:
         "runs": [(run, [headline.get(run.pk, {}).get(h.key) for h in HEADLINE_METRICS]) for run in runs],
         "headlines": HEADLINE_METRICS,
         "running_jobs": job_list(project, state="running", limit=10).items,
-        "queued_jobs": project.jobs.filter(state="queued").count(),
-        "experiments": Experiment.objects.filter(project=project, state=ExperimentState.RUNNING)
-        .order_by("-created_at")[:5],
+        "queued_jobs": queued_job_count(project),
+        "experiments": running_experiments(project, limit=5),
         "aliases": alias_list(project, limit=20).items,
         "members": project_members(project),
         "start_steps": steps,
         "show_start": not all(step.done for step in steps),
-        "running_count": project.runs.filter(status=RunStatus.RUNNING).count(),
+        "running_count": running_run_count(project),
         "new_run_url": _url("dashboard:run_new", slug),
         "experiment_url": _url("dashboard:experiment_new", slug),
         "quick_experiment_url": _url("dashboard:experiment_quick", slug),

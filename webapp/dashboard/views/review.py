@@ -9,7 +9,7 @@ works there (static/crucible/js/review.js); each save is a POST that redirects t
 Roles: viewers read the queues and their agreement; reviewers label and export labels; editors
 create queues, add labels to a dataset and start a DPO run from a pair queue. Non-members get
 404 everywhere, exports included. Every write goes through webapp.trajectories.services.review,
-every read of progress and agreement through webapp.trajectories.review_selectors.
+every read (progress, agreement, queues, items) through webapp.trajectories.selectors.reviews.
 """
 
 from __future__ import annotations
@@ -19,20 +19,27 @@ from urllib.parse import urlencode, urlsplit
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
-from webapp.api.bounds import unstorable_text_reason
+from webapp.common.bounds import unstorable_text_reason
+from webapp.common.timeline import TurnView, pretty_json, prompt_turns, turn_timeline
 from webapp.dashboard.views.common import breadcrumbs_for, has_page
 from webapp.datasets.models import Split
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, has_role
+from webapp.datasets.selectors.datasets import dataset_in_project, dataset_names
 from webapp.projects.models import Project, Role
+from webapp.projects.selectors.access import (
+    get_object_or_404_for_user,
+    get_project_or_404,
+    has_role,
+)
+from webapp.projects.selectors.projects import members_with_roles
 from webapp.runs.models import Run
+from webapp.runs.selectors.failures import run_in_project
+from webapp.runs.selectors.runs import recent_runs
 from webapp.trajectories.models import (
     FAILURE_BUCKETS,
     QueueItem,
@@ -42,15 +49,20 @@ from webapp.trajectories.models import (
     ReviewQueue,
     Trajectory,
 )
-from webapp.trajectories.review_selectors import (
+from webapp.trajectories.selectors.reviews import (
+    held_by_others,
+    item_for_labelling,
     label_rows,
     labels_csv,
     labels_jsonl,
     my_queue_history,
     my_review_of,
     queue_agreement,
+    queue_assignees,
+    queue_item,
     queue_list,
     queue_progress,
+    queues_with_creator,
 )
 from webapp.trajectories.services.evals import EvalsReport, tasks_into_new_dataset
 from webapp.trajectories.services.review import (
@@ -64,10 +76,9 @@ from webapp.trajectories.services.review import (
     queue_release,
     review_save,
     review_undo,
-    reviewed_in_queue,
+    reviewed_with_tasks,
 )
 from webapp.trajectories.services.verification import env_task_of
-from webapp.trajectories.timeline import TurnView, pretty_json, prompt_turns, turn_timeline
 
 EXPORTS = {"jsonl": ("application/x-ndjson", labels_jsonl), "csv": ("text/csv", labels_csv)}
 # The keys that pick a failure bucket: 1-9 then 0, in FAILURE_BUCKETS' order.
@@ -83,7 +94,7 @@ FORM_DEFAULTS = {"name": "", "kind": QueueKind.VERDICT, "order": QueueOrder.FAIL
 
 
 def _queue_for(request: HttpRequest, slug: str, queue_id: int, minimum: str = Role.VIEWER) -> ReviewQueue:
-    return get_object_or_404_for_user(ReviewQueue.objects.select_related("project", "created_by"), request.user,
+    return get_object_or_404_for_user(queues_with_creator(), request.user,
                                       minimum, pk=queue_id, project__slug=slug)
 
 
@@ -92,13 +103,6 @@ def _progress(queue: ReviewQueue, user) -> dict:
     progress = dict(queue_progress(queue=queue, reviewer=user))
     progress["queue_complete"] = progress["total"] > 0 and progress["complete"] >= progress["total"]
     return progress
-
-
-def _held_by_others(queue: ReviewQueue, user) -> int:
-    """Open items this reviewer has not labelled that another reviewer holds now."""
-    mine = Review.objects.filter(item=OuterRef("pk"), reviewer=user)
-    return (queue.items.filter(reviews_done__lt=queue.reviews_per_item, locked_until__gt=timezone.now())
-            .exclude(locked_by=user).exclude(Exists(mine)).count())
 
 
 def _review_url(slug: str, name: str = "review", *args) -> str:
@@ -185,8 +189,7 @@ def filter_from_text(text: str) -> dict[str, str]:
 
 
 def _reviewers(project: Project):
-    return (project.memberships.filter(role__in=REVIEWER_ROLES).select_related("user")
-            .order_by("user__username"))
+    return members_with_roles(project, REVIEWER_ROLES)
 
 
 def _list_context(request: HttpRequest, project: Project) -> dict:
@@ -200,7 +203,7 @@ def _list_context(request: HttpRequest, project: Project) -> dict:
         "done_today": rows[0]["progress"]["done_today"] if rows else 0,
         "can_edit": has_role(request.user, project, Role.EDITOR),
         "kinds": QueueKind.choices, "orders": QueueOrder.choices, "presets": PRESETS,
-        "runs": Run.objects.filter(project=project).order_by("-created_at", "-id")[:200],
+        "runs": recent_runs(project, limit=200),
         "buckets": FAILURE_BUCKETS, "reviewers": _reviewers(project),
         "trajectories_url": reverse("dashboard:trajectory_list", args=[project.slug])
         if has_page("dashboard:trajectory_list") else "",
@@ -225,7 +228,7 @@ def review_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     preset = request.GET.get("preset", "")
     if preset in PRESETS:
         run_id = _positive_int(request.GET.get("run"))
-        run = Run.objects.filter(project=project, pk=run_id).first() if run_id else None
+        run = run_in_project(project, run_id) if run_id else None
         form, problem = preset_values(preset, run, request.GET.get("bucket", ""))
         if problem:
             errors["preset"] = problem
@@ -322,10 +325,6 @@ def review_queue_export(request: HttpRequest, slug: str, queue_id: int, fmt: str
 # ---------------------------------------------------------------------------------------
 
 
-def _dataset_names(project: Project) -> list[str]:
-    return sorted(set(project.datasets.values_list("name", flat=True)))
-
-
 def _render_queue(request, queue: ReviewQueue, *, report=None, dataset_form: dict | None = None,
                   errors: dict | None = None, status: int = 200) -> HttpResponse:
     project = queue.project
@@ -339,10 +338,10 @@ def _render_queue(request, queue: ReviewQueue, *, report=None, dataset_form: dic
         "project": project, "queue": queue, "progress": _progress(queue, request.user),
         "agreement": queue_agreement(queue), "filter_text": filter_text,
         "filter_url": f"{trajectories}?{filter_text}" if trajectories else "",
-        "assignees": list(queue.assignees.order_by("username")),
+        "assignees": queue_assignees(queue),
         "can_label": has_role(request.user, project, Role.REVIEWER),
         "can_edit": has_role(request.user, project, Role.EDITOR),
-        "is_pair": queue.kind == QueueKind.PAIR, "splits": Split.choices, "dataset_names": _dataset_names(project),
+        "is_pair": queue.kind == QueueKind.PAIR, "splits": Split.choices, "dataset_names": dataset_names(project),
         "dataset_form": {"dataset_name": "", "split": Split.HELD_OUT, **(dataset_form or {})},
         "errors": errors or {}, "report": report, "report_url": report_url,
         "breadcrumbs": _queue_crumbs(queue),
@@ -373,7 +372,7 @@ def _pop_dataset_report(request: HttpRequest, queue: ReviewQueue) -> EvalsReport
     held = request.session.pop(DATASET_REPORT_KEY.format(queue.pk), None)
     if not isinstance(held, dict):
         return None
-    dataset = queue.project.datasets.filter(pk=held.get("dataset")).first() if held.get("dataset") else None
+    dataset = dataset_in_project(queue.project, held.get("dataset")) if held.get("dataset") else None
     return EvalsReport(dataset=dataset, created=held.get("created", 0), duplicates=held.get("duplicates", 0),
                        skipped=held.get("skipped", []))
 
@@ -409,7 +408,7 @@ def review_to_dataset(request: HttpRequest, slug: str, queue_id: int) -> HttpRes
 
 def _labels_to_new_dataset(request: HttpRequest, queue, form: dict) -> tuple:
     """The queue's reviewed trajectories as the first tasks of a new dataset (failures into evals)."""
-    rows = list(reviewed_in_queue(queue).select_related("task"))
+    rows = reviewed_with_tasks(queue)
     if not rows:
         return None, {"queue": "No reviewed trajectory in this queue yet: label some 'disagree' or add a corrected "
                                "output first."}
@@ -529,7 +528,7 @@ def _render_label(request, queue: ReviewQueue, item: QueueItem | None, *, histor
         "project": queue.project, "queue": queue, "item": item, "current": current, "is_pair": is_pair,
         "samples": samples, "prompt": prompt, "review": review, "values": values or _label_values(review, item),
         "errors": errors or {}, "claim_error": claim_error, "progress": progress,
-        "held_by_others": _held_by_others(queue, request.user) if item is None else 0,
+        "held_by_others": held_by_others(queue, request.user) if item is None else 0,
         "history_count": len(history), "previous_url": previous_url, "next_url": next_url,
         "buckets": list(zip(BUCKET_KEYS, FAILURE_BUCKETS, strict=False)),
         "note_max": NOTE_LENGTH, "corrected_max": CORRECTED_OUTPUT_LENGTH,
@@ -541,12 +540,6 @@ def _render_label(request, queue: ReviewQueue, item: QueueItem | None, *, histor
     return response
 
 
-def _item_query(queue: ReviewQueue):
-    return QueueItem.objects.filter(queue=queue).select_related(
-        "trajectory__project", "trajectory__run", "trajectory__task", "trajectory__verifier_version__verifier",
-        "other__project", "other__run", "other__task", "other__verifier_version__verifier")
-
-
 @login_required
 @require_GET
 def review_label_page(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
@@ -556,14 +549,17 @@ def review_label_page(request: HttpRequest, slug: str, queue_id: int) -> HttpRes
         item_id = _positive_int(request.GET.get("item"))
         if item_id is None or item_id not in {h.pk for h in history}:
             raise Http404("You have not labelled this item of the queue.")
-        return _render_label(request, queue, _item_query(queue).get(pk=item_id), history=history, current=False)
+        item = item_for_labelling(queue, item_id)
+        if item is None:  # labelled, then its queue item was deleted
+            raise Http404("You have not labelled this item of the queue.")
+        return _render_label(request, queue, item, history=history, current=False)
     claim_error = ""
     try:
         item = queue_claim_next(queue=queue, reviewer=request.user)
     except ReviewError as exc:
         item, claim_error = None, "; ".join(exc.errors.values()) if exc.errors else str(exc)
     if item is not None:
-        item = _item_query(queue).get(pk=item.pk)
+        item = item_for_labelling(queue, item.pk)
     return _render_label(request, queue, item, history=history, current=True, claim_error=claim_error)
 
 
@@ -576,7 +572,7 @@ def _label_form(data) -> dict:
 @require_POST
 def review_save_view(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
     queue = _queue_for(request, slug, queue_id, Role.REVIEWER)
-    item = _item_query(queue).filter(pk=_positive_int(request.POST.get("item"))).first()
+    item = item_for_labelling(queue, _positive_int(request.POST.get("item")))
     if item is None:
         raise Http404("No such item in this queue.")
     values = _label_form(request.POST)
@@ -625,7 +621,7 @@ def review_undo_view(request: HttpRequest, slug: str, queue_id: int) -> HttpResp
 @require_POST
 def review_release_view(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
     queue = _queue_for(request, slug, queue_id, Role.REVIEWER)
-    item = QueueItem.objects.filter(queue=queue, pk=_positive_int(request.POST.get("item"))).first()
+    item = queue_item(queue, _positive_int(request.POST.get("item")))
     if item is None:
         raise Http404("No such item in this queue.")
     try:

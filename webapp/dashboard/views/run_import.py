@@ -21,9 +21,11 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
 from webapp.dashboard.views.common import breadcrumbs_for
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
 from webapp.projects.models import Project, Role
+from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
 from webapp.runs.models import FINAL_JOB_STATES, Job, JobState
+from webapp.runs.selectors.jobs import all_jobs
+from webapp.runs.selectors.runs import run_exists
 from webapp.runs.services import run_import as service
 from webapp.runs.services.run_import import (
     IMPORT_JOB_KIND,
@@ -111,7 +113,7 @@ IMPORT_REPORT_KEY = "crucible.run_import_report"
 def _pop_report(request: HttpRequest, project: Project) -> ImportReport | None:
     """The report of the import this session just made (shown once), rebuilt from the session."""
     held = request.session.pop(IMPORT_REPORT_KEY, None)
-    if not isinstance(held, dict) or not project.runs.filter(pk=held.get("run_id")).exists():
+    if not isinstance(held, dict) or not run_exists(project, held.get("run_id")):
         return None
     return ImportReport.from_dict(held)
 
@@ -125,7 +127,7 @@ def _job_report(job: Job, project: Project) -> ImportReport | None:
     held = (job.payload or {}).get("result")
     if job.state != JobState.SUCCEEDED or not isinstance(held, dict):
         return None
-    if not project.runs.filter(pk=held.get("run_id")).exists():  # the run was deleted since
+    if not run_exists(project, held.get("run_id")):  # the run was deleted since
         return None
     try:
         return ImportReport.from_dict(held)
@@ -137,7 +139,7 @@ def _job_report(job: Job, project: Project) -> ImportReport | None:
 def run_import_job_page(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     """Progress of an import job, then its report and the run, or why it failed (polled while active)."""
     project = get_project_or_404(request.user, slug)
-    job = get_object_or_404_for_user(Job.objects.all(), request.user, pk=job_id, project=project,
+    job = get_object_or_404_for_user(all_jobs(), request.user, pk=job_id, project=project,
                                      kind=IMPORT_JOB_KIND)
     report = _job_report(job, project)
     context = {

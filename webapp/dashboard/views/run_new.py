@@ -3,32 +3,45 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.db.models import Max
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from training.config import PRESETS
-from webapp.api.bounds import unstorable_text_reason
+from webapp.common.bounds import unstorable_text_reason
 from webapp.dashboard.run_form import (
+    FORM,
     config_from_post,
     grouped_fields,
     raw_values_from_config,
     unknown_keys,
 )
 from webapp.dashboard.views.common import breadcrumbs_for
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404
+from webapp.datasets.selectors.datasets import dataset_in_project, newest_versions
 from webapp.projects.models import Project, Role
-from webapp.runs.models import Checkpoint, MetricPoint, ModelSpec, Run, RunKind
-from webapp.runs.services.run_config import QUEUE_REFERENCE, run_config_problems, run_create
-from webapp.verifiers.models import VerifierVersion
-from webapp.verifiers.selectors import flagged_versions
+from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
+from webapp.runs.models import ModelSpec, RunKind
+from webapp.runs.selectors.checkpoints import project_checkpoint, recent_checkpoints
+from webapp.runs.selectors.models import project_model, project_models
+from webapp.runs.selectors.runs import all_runs, recent_tokens_per_second
+from webapp.runs.services.run_config import (
+    QUEUE_REFERENCE,
+    ConfigError,
+    run_config_check,
+    run_create,
+)
+from webapp.verifiers.selectors.verifiers import (
+    flagged_versions,
+    project_verifier_version,
+    project_verifier_versions,
+)
 
-# run_config_problems names linked rows by their API field; the form's inputs are named so.
+# run_config_check names linked rows by their API field; the form's inputs are named so.
 LINK_INPUTS = {"verifier": "verifier_version", "model": "model_spec", "parent_checkpoint_id": "parent_checkpoint"}
 PRESET_LABELS = {
     "smollm2_cpu_grpo": "CPU quick GRPO on SmolLM2-135M",
@@ -39,24 +52,20 @@ PRESET_LABELS = {
 
 def _choices(project: Project) -> dict:
     """What the link selects offer: the newest version of each dataset, verifier versions, models, checkpoints."""
-    newest = project.datasets.values("name").annotate(v=Max("version"))
-    datasets = [d for d in project.datasets.order_by("name", "-version")
-                if any(n["name"] == d.name and n["v"] == d.version for n in newest)]
     return {
-        "datasets": datasets,
-        "verifier_versions": VerifierVersion.objects.filter(verifier__project=project)
-        .select_related("verifier").order_by("verifier__name", "-version")[:200],
+        "datasets": newest_versions(project),
+        "verifier_versions": project_verifier_versions(project, limit=200),
         "flagged_versions": flagged_versions(project),  # latest sanity check under its agreement threshold
-        "models": ModelSpec.objects.filter(project=project).order_by("name"),
-        "checkpoints": Checkpoint.objects.filter(run__project=project).select_related("run")
-        .order_by("-created_at", "-id")[:200],
+        "models": project_models(project),
+        "checkpoints": recent_checkpoints(project, limit=200),
     }
 
 
-def _pick(queryset, raw: str, label: str, errors: dict[str, str], field: str):
+def _pick(find, raw: str, label: str, errors: dict[str, str], field: str):
+    """The row `find` answers for the id in `raw`, or None with an error beside `field`."""
     if not raw:
         return None
-    obj = queryset.filter(pk=int(raw)).first() if raw.isdigit() and int(raw) < 2**63 else None
+    obj = find(int(raw)) if raw.isdigit() and int(raw) < 2**63 else None
     if obj is None:
         errors[field] = f"Choose a {label} of this project."
     return obj
@@ -64,13 +73,13 @@ def _pick(queryset, raw: str, label: str, errors: dict[str, str], field: str):
 
 def _links(project: Project, data, errors: dict[str, str]) -> dict:
     return {
-        "dataset": _pick(project.datasets.all(), data.get("dataset", ""), "dataset", errors, "dataset"),
-        "verifier_version": _pick(VerifierVersion.objects.filter(verifier__project=project),
-                                  data.get("verifier_version", ""), "verifier version", errors, "verifier_version"),
-        "model": _pick(ModelSpec.objects.filter(project=project), data.get("model_spec", ""), "model", errors,
-                       "model_spec"),
-        "parent_checkpoint": _pick(Checkpoint.objects.filter(run__project=project),
-                                   data.get("parent_checkpoint", ""), "checkpoint", errors, "parent_checkpoint"),
+        "dataset": _pick(partial(dataset_in_project, project), data.get("dataset", ""), "dataset", errors,
+                         "dataset"),
+        "verifier_version": _pick(partial(project_verifier_version, project), data.get("verifier_version", ""),
+                                  "verifier version", errors, "verifier_version"),
+        "model": _pick(partial(project_model, project), data.get("model_spec", ""), "model", errors, "model_spec"),
+        "parent_checkpoint": _pick(partial(project_checkpoint, project), data.get("parent_checkpoint", ""),
+                                   "checkpoint", errors, "parent_checkpoint"),
     }
 
 
@@ -79,7 +88,7 @@ def _model_for_preset(project: Project, model: str | None) -> ModelSpec | None:
     if not model:
         return None
     tail = model.lower().rsplit("/", 1)[-1]
-    for spec in ModelSpec.objects.filter(project=project):
+    for spec in project_models(project):
         if spec.spec == model or tail in spec.spec.lower() or spec.spec.lower() in tail:
             return spec
     return None
@@ -94,7 +103,7 @@ def _start_values(request: HttpRequest, project: Project) -> tuple[dict, dict, l
     clone = request.GET.get("clone", "")
     preset = request.GET.get("preset", "")
     if clone.isdigit() and int(clone) < 2**63:
-        run = get_object_or_404_for_user(Run.objects.all(), request.user, pk=int(clone), project=project)
+        run = get_object_or_404_for_user(all_runs(), request.user, pk=int(clone), project=project)
         config = dict(run.config)
         top.update(name=f"{run.name} (copy)"[:200], kind=run.kind, dataset=run.dataset_id or "",
                    verifier_version=run.verifier_version_id or "", model_spec=run.model_id or "",
@@ -118,8 +127,7 @@ def _start_values(request: HttpRequest, project: Project) -> tuple[dict, dict, l
 
 def _throughput(project: Project) -> float | None:
     """Tokens per second this project's runs measured lately (for the estimate), or None."""
-    values = list(MetricPoint.objects.filter(run__project=project, split="train", name="tokens_per_second")
-                  .order_by("-id").values_list("value", flat=True)[:200])
+    values = recent_tokens_per_second(project, limit=200)
     return sorted(values)[len(values) // 2] if values else None
 
 
@@ -127,6 +135,7 @@ def _render(request, project, *, top, values, errors, notes, status=200, config_
     context = {
         "config_json": config_json,
         "project": project, "top": top, "values": values, "errors": errors, "notes": notes,
+        "general_errors": FORM.general_errors(errors),
         "groups": grouped_fields(), "kinds": RunKind.choices, "presets": PRESET_LABELS, **_choices(project),
         "throughput": _throughput(project), "price": getattr(project, "price_per_device_hour", None),
         "breadcrumbs": breadcrumbs_for(project, ("Runs", reverse("dashboard:run_list", args=[project.slug])),
@@ -177,12 +186,13 @@ def run_new(request: HttpRequest, slug: str) -> HttpResponse:
         errors["kind"] = f"Choose one of {', '.join(RunKind.values)}."
     links = _links(project, request.POST, errors)
     if not errors:
-        problems = run_config_problems(config, kind=top["kind"], project=project, **links)
-        errors = {LINK_INPUTS.get(field, field): message for field, message in problems.items()}
+        try:
+            checked = run_config_check(config, project=project, kind=top["kind"], **links)
+        except ConfigError as exc:  # each problem beside the input that holds its field
+            errors = FORM.place({LINK_INPUTS.get(field, field): message for field, message in exc.by_field().items()})
     if errors:
         return _render(request, project, top=top, values=values, errors=errors, notes=[], status=422)
     with transaction.atomic():
-        run, _job = run_create(project=project, name=name, kind=top["kind"], config=config, actor=request.user,
-                               **links)
+        run, _job = run_create(name=name, checked=checked, actor=request.user)
     messages.success(request, f"Run {run.name} queued: a worker picks it up on the {_job.queue} queue.")
     return redirect("dashboard:run_detail", slug=slug, run_id=run.pk)

@@ -12,14 +12,18 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from webapp.api.pagination import CursorError, Page
+from webapp.common.pagination import CursorError, Page
 from webapp.dashboard.views.common import breadcrumbs_for, has_page, query_without_after
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, has_role
 from webapp.projects.models import Role
-from webapp.runs.job_selectors import job_placement_problem
-from webapp.runs.metric_direction import metric_direction
+from webapp.projects.selectors.access import (
+    get_object_or_404_for_user,
+    get_project_or_404,
+    has_role,
+)
 from webapp.runs.models import ACTIVE_JOB_STATES, Run, RunKind, RunStatus
-from webapp.runs.selectors import (
+from webapp.runs.selectors.jobs import job_placement_problem
+from webapp.runs.selectors.metric_direction import metric_direction
+from webapp.runs.selectors.runs import (
     DEFAULT_RUN_SORT,
     HEADLINE_METRICS,
     RUN_SORT_LABELS,
@@ -31,6 +35,8 @@ from webapp.runs.selectors import (
     run_latest_jobs,
     run_list,
     run_sparklines,
+    runs_by_id_in,
+    runs_for_run_page,
 )
 from webapp.runs.services.runs import RunActionError, run_cancel, run_retry
 
@@ -120,9 +126,7 @@ def run_panels(recorded: list[tuple[str, str]], *, expect: tuple[str, str] | Non
 
 def _run_for(request: HttpRequest, slug: str, run_id: int, minimum: str = Role.VIEWER) -> Run:
     return get_object_or_404_for_user(
-        Run.objects.select_related("project", "dataset", "model", "verifier_version__verifier", "created_by",
-                                   "experiment", "parent_checkpoint__run"),
-        request.user, minimum, pk=run_id, project__slug=slug)
+        runs_for_run_page(), request.user, minimum, pk=run_id, project__slug=slug)
 
 
 @login_required
@@ -260,7 +264,7 @@ def run_compare_page(request: HttpRequest, slug: str) -> HttpResponse:
     if len(ids) > MAX_COMPARE:
         messages.error(request, f"Compare at most {MAX_COMPARE} runs; the first {MAX_COMPARE} are shown.")
         ids = ids[:MAX_COMPARE]
-    runs_by_id = {run.pk: run for run in Run.objects.filter(project=project, pk__in=ids)}
+    runs_by_id = runs_by_id_in(project, ids)
     if len(runs_by_id) != len(ids):
         raise Http404("Some of these runs are not in this project.")
     runs = [runs_by_id[i] for i in ids]

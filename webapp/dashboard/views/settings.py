@@ -11,8 +11,8 @@ read-write, every project or only this one, an optional expiry. A new token's se
 the create form redirects (so a reload issues nothing), the server-side session holds the secret
 until the next load of this page, which removes it, and that response is not cached.
 
-Writes go through webapp.projects.services (audited, never leaving a project without an owner)
-and webapp.runs.services.models (audited, never removing a model that runs use); text is checked with webapp.api.bounds.unstorable_text_reason as the API checks it.
+Writes go through webapp.projects.services.projects (audited, never leaving a project without an owner)
+and webapp.runs.services.models (audited, never removing a model that runs use); text is checked with webapp.common.bounds.unstorable_text_reason as the API checks it.
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 
 from django.contrib import messages
-from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, F
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -33,20 +31,19 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from webapp.api.bounds import text_field_problem
+from webapp.common.bounds import text_field_problem
 from webapp.dashboard.views.common import breadcrumbs_for
-from webapp.projects.access import get_project_or_404, has_role, role_in
 from webapp.projects.models import ROLE_RANK, ApiToken, Membership, Project, Role, TokenAccess
-from webapp.projects.secrets import NAME_MAX as SECRET_NAME_MAX
-from webapp.projects.secrets import VALUE_MAX as SECRET_VALUE_MAX
-from webapp.projects.secrets import (
-    SecretError,
-    project_secret_delete,
-    project_secret_rows,
-    project_secret_set,
+from webapp.projects.selectors.access import get_project_or_404, has_role, role_in
+from webapp.projects.selectors.projects import (
+    live_user_token,
+    project_members,
+    project_membership,
+    user_by_name,
+    user_token,
+    user_tokens,
 )
-from webapp.projects.selectors import project_members
-from webapp.projects.services import (
+from webapp.projects.services.projects import (
     PRICE_DECIMAL_PLACES,
     PRICE_MAX,
     IssuedToken,
@@ -59,7 +56,16 @@ from webapp.projects.services import (
     membership_remove,
     project_price_set,
 )
-from webapp.runs.models import Experiment, ModelSpec, Run
+from webapp.projects.services.secrets import NAME_MAX as SECRET_NAME_MAX
+from webapp.projects.services.secrets import VALUE_MAX as SECRET_VALUE_MAX
+from webapp.projects.services.secrets import (
+    SecretError,
+    project_secret_delete,
+    project_secret_rows,
+    project_secret_set,
+)
+from webapp.runs.models import ModelSpec
+from webapp.runs.selectors.models import model_use_counts, project_model, project_models
 from webapp.runs.services.models import (
     GGUF_FILE_MAX,
     MODEL_NAME_MAX,
@@ -113,12 +119,9 @@ class ModelRow:
 
 
 def _model_rows(project: Project, errors: dict) -> tuple[list[ModelRow], bool]:
-    models = list(project.model_specs.order_by("name", "pk")[:MODELS_SHOWN + 1])
+    models = project_models(project, limit=MODELS_SHOWN + 1)
     ids = [m.pk for m in models[:MODELS_SHOWN]]
-    runs = dict(Run.objects.filter(model_id__in=ids).values("model_id").annotate(n=Count("id"))
-                .values_list("model_id", "n"))
-    experiments = dict(Experiment.objects.filter(model_id__in=ids).values("model_id").annotate(n=Count("id"))
-                       .values_list("model_id", "n"))
+    runs, experiments = model_use_counts(ids)
     rows = [ModelRow(m, runs.get(m.pk, 0), experiments.get(m.pk, 0), errors.get(m.pk)) for m in models[:MODELS_SHOWN]]
     return rows, len(models) > MODELS_SHOWN
 
@@ -135,8 +138,7 @@ def price_text(price: Decimal | None) -> str:
 
 
 def _user_tokens(user) -> tuple[list[ApiToken], bool]:
-    tokens = list(ApiToken.objects.filter(user=user).select_related("project")
-                  .order_by(F("revoked_at").desc(nulls_first=True), "-created_at", "-pk")[:TOKENS_SHOWN + 1])
+    tokens = user_tokens(user, limit=TOKENS_SHOWN + 1)
     return tokens[:TOKENS_SHOWN], len(tokens) > TOKENS_SHOWN
 
 
@@ -212,17 +214,6 @@ def project_settings_page(request: HttpRequest, slug: str) -> HttpResponse:
 _text_problem = text_field_problem
 
 
-def _find_user(username: str):
-    """The user of that name: exactly as typed, else the one whose name differs only in case."""
-    User = get_user_model()
-    field = User.USERNAME_FIELD
-    user = User.objects.filter(**{field: username}).first()
-    if user is None:
-        matches = list(User.objects.filter(**{f"{field}__iexact": username})[:2])
-        user = matches[0] if len(matches) == 1 else None
-    return user
-
-
 def _role_problem(role: str) -> str | None:
     if role not in Role.values:
         return f"Choose one of the roles: {', '.join(Role.values)}."
@@ -246,7 +237,7 @@ def member_add(request: HttpRequest, slug: str) -> HttpResponse:
         errors["add_role"] = role_problem
     user = None
     if "username" not in errors:
-        user = _find_user(username)
+        user = user_by_name(username)
         if user is None:
             errors["username"] = (f"There is no user named “{username}”. They need an account first "
                                   "(an administrator creates it).")
@@ -266,7 +257,7 @@ def member_add(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _membership(project: Project, membership_id: int) -> Membership:
-    membership = project.memberships.select_related("user", "project").filter(pk=membership_id).first()
+    membership = project_membership(project, membership_id)
     if membership is None:
         raise Http404("No such member in this project.")
     return membership
@@ -345,7 +336,7 @@ def model_add(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def model_remove(request: HttpRequest, slug: str, model_id: int) -> HttpResponse:
     project = get_project_or_404(request.user, slug, Role.EDITOR)
-    model = project.model_specs.filter(pk=model_id).first()
+    model = project_model(project, model_id)
     if model is None:
         raise Http404("No such model in this project.")
     try:
@@ -477,7 +468,7 @@ def token_create(request: HttpRequest, slug: str) -> HttpResponse:
 
     Redirecting (rather than rendering the secret into the POST's response) means reloading the
     page cannot issue a second token; the server-side session holds the secret only until that
-    one GET (webapp.projects.services stores nothing but its hash).
+    one GET (webapp.projects.services.projects stores nothing but its hash).
     """
     project = get_project_or_404(request.user, slug)
     post = request.POST
@@ -509,8 +500,7 @@ def _pop_issued_token(request: HttpRequest) -> IssuedToken | None:
     held = request.session.pop(ISSUED_TOKEN_SESSION_KEY, None)
     if not isinstance(held, dict):
         return None
-    token = ApiToken.objects.select_related("project").filter(
-        pk=held.get("id"), user=request.user, revoked_at__isnull=True).first()
+    token = live_user_token(request.user, held.get("id"))
     if token is None:
         return None
     return IssuedToken(token=token, raw=str(held.get("raw", "")))
@@ -520,7 +510,7 @@ def _pop_issued_token(request: HttpRequest) -> IssuedToken | None:
 @require_POST
 def token_revoke(request: HttpRequest, slug: str, token_id: int) -> HttpResponse:
     get_project_or_404(request.user, slug)
-    token = ApiToken.objects.filter(pk=token_id, user=request.user).first()
+    token = user_token(request.user, token_id)
     if token is None:
         raise Http404("You have no such API token.")
     if token.revoked_at is not None:

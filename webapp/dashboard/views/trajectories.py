@@ -1,7 +1,7 @@
 """Trajectories: the filtered list, the inspector, the GRPO group view, the diff of two, re-verify.
 
-Reads are webapp.trajectories.selectors' (the API lists with the same filter and pages),
-the trace webapp.trajectories.trace's, writes webapp.trajectories.services'. Every string
+Reads are webapp.trajectories.selectors.trajectories' (the API lists with the same filter and pages),
+the trace webapp.trajectories.selectors.trace's, writes webapp.trajectories.services'. Every string
 shown here came from a model, a tool or a task: templates escape it, nothing is `|safe`.
 """
 
@@ -16,34 +16,38 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from webapp.api.pagination import CursorError, Page
+from webapp.common.pagination import CursorError, Page
+from webapp.common.timeline import pretty_json, prompt_turns, trajectory_diff, turn_timeline
 from webapp.dashboard.views.common import breadcrumbs_for, has_page, query_without_after
 from webapp.datasets.models import Split, TaskDataset
-from webapp.projects.access import get_project_or_404, has_role
+from webapp.datasets.selectors.datasets import dataset_in_project, newest_versions
 from webapp.projects.models import Project, Role
+from webapp.projects.selectors.access import get_project_or_404, has_role
 from webapp.runs.models import Run
+from webapp.runs.selectors.runs import run_choice, run_choices
+from webapp.runs.services.rescore import trajectory_reverify
 from webapp.trajectories.models import FAILURE_BUCKETS, Trajectory
-from webapp.trajectories.selectors import (
+from webapp.trajectories.selectors.trace import verifier_trace
+from webapp.trajectories.selectors.trajectories import (
     FILTER_FIELDS,
     SOURCES,
     SPLITS,
     FilterError,
     TrajectoryFilter,
-    filtered_trajectories,
+    matching_trajectories,
     rescore_results_of,
     review_states,
     same_task_elsewhere,
+    search_match,
+    selected_trajectories,
     trajectory_for_inspector,
     trajectory_group,
     trajectory_neighbours,
     trajectory_page,
 )
 from webapp.trajectories.services.evals import tasks_from_trajectories, tasks_into_new_dataset
-from webapp.trajectories.services.rescore import trajectory_reverify
 from webapp.trajectories.services.verification import env_task_of
-from webapp.trajectories.timeline import pretty_json, prompt_turns, trajectory_diff, turn_timeline
-from webapp.trajectories.trace import verifier_trace
-from webapp.verifiers.models import VerifierVersion
+from webapp.verifiers.selectors.verifiers import project_verifier_version, project_verifier_versions
 
 PAGE_SIZE = 50
 RUN_CHOICES = 200
@@ -69,9 +73,9 @@ def _filter_query(flt: TrajectoryFilter) -> str:
 
 
 def _run_choices(project: Project, selected: int | None) -> list[Run]:
-    runs = list(Run.objects.filter(project=project).order_by("-id").only("id", "name", "kind")[:RUN_CHOICES])
+    runs = run_choices(project, limit=RUN_CHOICES)
     if selected is not None and all(r.pk != selected for r in runs):
-        extra = Run.objects.filter(project=project, pk=selected).only("id", "name", "kind").first()
+        extra = run_choice(project, selected)
         runs += [extra] if extra else []
     return runs
 
@@ -93,7 +97,8 @@ def trajectory_list_page(request: HttpRequest, slug: str) -> HttpResponse:
         page, errors = Page(items=[], next_cursor=None), {**errors, "after": str(exc)}
     states = review_states([t.pk for t in page.items])
     filter_query = _filter_query(flt)
-    rows = [{"t": t, "review": states.get(t.pk)} for t in page.items]
+    rows = [{"t": t, "review": states.get(t.pk), "match": search_match(t.search_text, flt.q) if flt.q else None}
+            for t in page.items]
     context = {
         "project": project, "rows": rows, "page": page, "flt": flt, "errors": errors,
         "query": query_without_after(request), "filter_query": filter_query,
@@ -117,10 +122,7 @@ def _review_url(project: Project, filter_query: str, user) -> str:
 
 def _dataset_choices(project: Project) -> list[TaskDataset]:
     """The newest version of each dataset (a new version is made from it)."""
-    newest: dict[str, TaskDataset] = {}
-    for dataset in TaskDataset.objects.filter(project=project).order_by("name", "-version").only("id", "name", "version"):
-        newest.setdefault(dataset.name, dataset)
-    return list(newest.values())
+    return newest_versions(project)
 
 
 @login_required
@@ -138,8 +140,7 @@ def trajectory_detail_page(request: HttpRequest, slug: str, trajectory_id: int) 
         "trace": verifier_trace(trajectory), "rescores": rescore_results_of(trajectory),
         "previous": previous, "following": following, "filter_query": filter_query,
         "elsewhere": same_task_elsewhere(trajectory),
-        "versions": VerifierVersion.objects.filter(verifier__project=project).select_related("verifier")
-        .order_by("verifier__name", "-version")[:50],
+        "versions": project_verifier_versions(project, limit=50),
         "can_reverify": has_role(request.user, project, Role.REVIEWER),
         "raw": pretty_json({"turns": trajectory.turns, "tool_calls": trajectory.tool_calls,
                             "components": trajectory.components, "flags": trajectory.flags,
@@ -191,7 +192,7 @@ def trajectory_reverify_view(request: HttpRequest, slug: str, trajectory_id: int
     """Re-verify with a chosen verifier version; the new verdict is shown beside the stored one."""
     project = get_project_or_404(request.user, slug, Role.REVIEWER)
     trajectory = _trajectory_or_404(project, trajectory_id)
-    version = VerifierVersion.objects.filter(verifier__project=project, pk=_int(request.POST.get("version"))).first()
+    version = project_verifier_version(project, _int(request.POST.get("version")))
     target = reverse("dashboard:trajectory_detail", args=[slug, trajectory.pk]) + "#reverify"
     if version is None:
         messages.error(request, "Choose a verifier version of this project to re-verify with.")
@@ -218,7 +219,7 @@ def trajectory_to_dataset_view(request: HttpRequest, slug: str) -> HttpResponse:
     back = request.POST.get("back", "")
     back = back if back.startswith(f"/p/{slug}/trajectories/") else reverse("dashboard:trajectory_list", args=[slug])
     new_name = request.POST.get("new_dataset", "").strip()
-    dataset = TaskDataset.objects.filter(project=project, pk=_int(request.POST.get("dataset"))).first()
+    dataset = dataset_in_project(project, _int(request.POST.get("dataset")))
     if dataset is None and not new_name:
         messages.error(request, "Choose the dataset that gets the new version, or name a new dataset.")
         return redirect(back)
@@ -248,11 +249,9 @@ def _chosen_trajectories(project: Project, form) -> list[Trajectory]:
     """The ticked rows, or every row the list's filter matches (newest first, at most MAX_SELECTION)."""
     if form.get("all_matching"):
         flt = TrajectoryFilter.from_query(QueryDict(form.get("filter", "")))
-        rows = filtered_trajectories(project, flt).order_by("-id")
-    else:
-        ids = [i for i in (_int(v) for v in form.getlist("ids")[:MAX_SELECTION]) if i is not None]
-        rows = Trajectory.objects.filter(project=project, pk__in=ids)
-    return list(rows.select_related("task")[:MAX_SELECTION])
+        return matching_trajectories(project, flt, limit=MAX_SELECTION)
+    ids = [i for i in (_int(v) for v in form.getlist("ids")[:MAX_SELECTION]) if i is not None]
+    return selected_trajectories(project, ids, limit=MAX_SELECTION)
 
 
 def _report_messages(request: HttpRequest, report) -> None:

@@ -1,8 +1,8 @@
 """Verifiers: the list, a verifier and its versions (config, diff, runs), new verifier / new version
 forms built from the kind's schema, the playground, sanity checks with a keyboard pass, and rescores.
 
-Writes go through webapp.verifiers.services (every save is a new immutable version),
-webapp.verifiers.checks (sanity checks) and webapp.trajectories.services.rescore; reads
+Writes go through webapp.verifiers.services.verifiers (every save is a new immutable version),
+webapp.trajectories.services.sanity_checks (sanity checks) and webapp.runs.services.rescore; reads
 through webapp.verifiers.selectors. User verifier code only ever runs in the sandbox, through
 the registry's python verifier. Every string shown (config, code, task, output, the
 verifier's info) is hostile text: templates escape it, nothing is `|safe`.
@@ -14,25 +14,56 @@ import json
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from environments.parsing import calls_from_trajectory
-from webapp.api.bounds import unstorable_text_reason
+from webapp.common.bounds import unstorable_text_reason
+from webapp.common.schema_form import SchemaField
+from webapp.common.timeline import expected_against_actual, pretty_json, turn_timeline
 from webapp.dashboard.views.common import breadcrumbs_for
 from webapp.datasets.models import Task, TaskDataset
-from webapp.projects.access import get_object_or_404_for_user, get_project_or_404, has_role
+from webapp.datasets.selectors.datasets import (
+    dataset_versions_by_name,
+    project_task,
+    tasks_matching,
+)
 from webapp.projects.models import Project, Role
+from webapp.projects.selectors.access import (
+    get_object_or_404_for_user,
+    get_project_or_404,
+    has_role,
+)
 from webapp.runs.models import FINAL_JOB_STATES, Run
-from webapp.trajectories.models import FAILURE_BUCKETS, Rescore, RescoreResult, Trajectory
-from webapp.trajectories.services.rescore import rescore_start
-from webapp.trajectories.services.verification import env_task_of, env_trajectory_of
-from webapp.trajectories.timeline import expected_against_actual, pretty_json, turn_timeline
-from webapp.verifiers import config_form
-from webapp.verifiers.checks import (
+from webapp.runs.selectors.failures import run_in_project
+from webapp.runs.selectors.runs import (
+    run_choices,
+    runs_of_verifier_version,
+    runs_per_verifier_version,
+)
+from webapp.runs.services.rescore import rescore_start
+from webapp.trajectories.models import FAILURE_BUCKETS
+from webapp.trajectories.selectors.trajectories import (
+    project_trajectory_with_task,
+    recent_rescores,
+    rescore_counts,
+    rescore_disagreements,
+    rescores_for_page,
+    run_has_trajectories,
+    run_trajectory_count,
+    verifier_rescores,
+)
+from webapp.trajectories.services.playground import (
+    OUTPUT_FORMATS,
+    InputError,
+    score_output,
+    task_from_json,
+    task_of_row,
+    trajectory_from_output,
+)
+from webapp.trajectories.services.sanity_checks import (
     CHECK_DEFAULT,
     CHECK_MAX,
     CHECK_MIN,
@@ -43,7 +74,7 @@ from webapp.verifiers.checks import (
     check_score_pending,
     check_summary,
 )
-from webapp.verifiers.judge import JUDGE_KIND, judge_setup_summary
+from webapp.trajectories.services.verification import env_task_of, env_trajectory_of
 from webapp.verifiers.models import (
     SampleMethod,
     Verifier,
@@ -51,22 +82,35 @@ from webapp.verifiers.models import (
     VerifierCheckItem,
     VerifierVersion,
 )
-from webapp.verifiers.playground import (
-    OUTPUT_FORMATS,
-    InputError,
-    score_output,
-    task_from_json,
-    task_of_row,
-    trajectory_from_output,
-)
-from webapp.verifiers.selectors import (
+from webapp.verifiers.selectors.verifiers import (
+    check_items_with_trajectories,
+    checks_with_project,
     config_diff,
+    first_unjudged_item,
+    has_unscored_items,
+    judged_item_count,
     latest_checks,
-    runs_of_version,
+    next_unjudged_position,
+    project_verifier_version,
+    project_verifier_versions,
+    recent_checks,
+    scored_item_at,
+    scored_positions,
+    verifier_checks,
+    verifier_named,
     verifier_rows,
+    verifier_version_numbered,
+    verifiers_with_project,
+    version_checks,
     version_rows,
 )
-from webapp.verifiers.services import VerifierNameTaken, verifier_create, verifier_update_config
+from webapp.verifiers.services import config_form
+from webapp.verifiers.services.judge import JUDGE_KIND, judge_setup_summary
+from webapp.verifiers.services.verifiers import (
+    VerifierNameTaken,
+    verifier_create,
+    verifier_update_config,
+)
 
 # The keys that pick a bucket in the keyboard pass: 1-9 then 0, in FAILURE_BUCKETS' order (as in review).
 BUCKET_KEYS = [str(n) for n in range(1, 10)] + ["0"]
@@ -88,24 +132,23 @@ def _crumbs(project: Project, *trail: tuple[str, str | None]) -> list:
 
 
 def _verifier_or_404(request: HttpRequest, slug: str, verifier_id: int, minimum: str = Role.VIEWER) -> Verifier:
-    return get_object_or_404_for_user(Verifier.objects.select_related("project"), request.user, minimum,
+    return get_object_or_404_for_user(verifiers_with_project(), request.user, minimum,
                                       pk=verifier_id, project__slug=slug)
 
 
 def _version_or_404(verifier: Verifier, number: int) -> VerifierVersion:
-    version = verifier.versions.select_related("verifier", "created_by").filter(version=number).first()
+    version = verifier_version_numbered(verifier, number)
     if version is None:
         raise Http404("No such version.")
     return version
 
 
 def _project_versions(project: Project):
-    return (VerifierVersion.objects.filter(verifier__project=project).select_related("verifier")
-            .order_by("verifier__name", "-version")[:CHOICES_LIMIT])
+    return project_verifier_versions(project, limit=CHOICES_LIMIT)
 
 
 def _runs(project: Project) -> list[Run]:
-    return list(Run.objects.filter(project=project).order_by("-id").only("id", "name", "kind", "status")[:CHOICES_LIMIT])
+    return run_choices(project, limit=CHOICES_LIMIT)
 
 
 # ---------------------------------------------------------------------------------------
@@ -117,12 +160,10 @@ def _runs(project: Project) -> list[Run]:
 def verifier_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_project_or_404(request.user, slug)
     context = {
-        "project": project, "rows": verifier_rows(project), "threshold": agreement_threshold(),
+        "project": project, "rows": verifier_rows(project, runs_per_verifier_version(project)), "threshold": agreement_threshold(),
         "can_edit": has_role(request.user, project, Role.EDITOR),
-        "checks": VerifierCheck.objects.filter(version__verifier__project=project)
-        .select_related("version__verifier", "created_by", "run")[:10],
-        "rescores": Rescore.objects.filter(project=project, run__isnull=False, job__isnull=False)
-        .select_related("verifier_version__verifier", "run", "job")[:10],
+        "checks": recent_checks(project),
+        "rescores": recent_rescores(project, limit=10),
         "breadcrumbs": breadcrumbs_for(project, ("Verifiers", None)),
     }
     return render(request, "dashboard/verifiers/list.html", context)
@@ -132,7 +173,7 @@ def verifier_list_page(request: HttpRequest, slug: str) -> HttpResponse:
 def verifier_detail_page(request: HttpRequest, slug: str, verifier_id: int) -> HttpResponse:
     project = get_project_or_404(request.user, slug)
     verifier = _verifier_or_404(request, slug, verifier_id)
-    rows = version_rows(verifier)
+    rows = version_rows(verifier, runs_per_verifier_version(project))
     numbers = [r.version.version for r in rows]
     diff, diff_error, a, b = None, "", None, None
     if request.GET.get("a") or request.GET.get("b"):
@@ -149,10 +190,8 @@ def verifier_detail_page(request: HttpRequest, slug: str, verifier_id: int) -> H
         "diff_changed": sum(not row.same for row in diff or []),
         "default_a": numbers[1] if len(numbers) > 1 else (numbers[0] if numbers else ""),
         "default_b": numbers[0] if numbers else "",
-        "checks": VerifierCheck.objects.filter(version__verifier=verifier).select_related("version", "created_by",
-                                                                                            "run")[:20],
-        "rescores": Rescore.objects.filter(verifier_version__verifier=verifier, run__isnull=False, job__isnull=False)
-        .select_related("verifier_version", "run", "job")[:20],
+        "checks": verifier_checks(verifier, limit=20),
+        "rescores": verifier_rescores(verifier, limit=20),
         "can_edit": has_role(request.user, project, Role.EDITOR),
         "breadcrumbs": _crumbs(project, (verifier.name, None)),
     }
@@ -174,8 +213,8 @@ def verifier_version_page(request: HttpRequest, slug: str, verifier_id: int, num
         "config_json": pretty_json(version.config), "code": version.config.get("code")
         if isinstance(version.config.get("code"), str) else "",
         "rubric": version.config.get("rubric") if isinstance(version.config.get("rubric"), str) else "",
-        "config_rows": _config_rows(fields, version.config), "runs": runs_of_version(version), "threshold": agreement_threshold(),
-        "checks": version.checks.select_related("created_by", "run")[:20],
+        "config_rows": _config_rows(fields, version.config), "runs": runs_of_verifier_version(version.pk), "threshold": agreement_threshold(),
+        "checks": version_checks(version, limit=20),
         "latest_check": latest_checks([version.pk]).get(version.pk),
         "can_edit": has_role(request.user, project, Role.EDITOR),
         "breadcrumbs": _crumbs(project, (verifier.name, reverse("dashboard:verifier_detail", args=[slug, verifier.pk])),
@@ -184,7 +223,7 @@ def verifier_version_page(request: HttpRequest, slug: str, verifier_id: int, num
     return render(request, "dashboard/verifiers/version.html", context)
 
 
-def _config_rows(fields: list[config_form.ConfigField], config: dict) -> list[dict]:
+def _config_rows(fields: list[SchemaField], config: dict) -> list[dict]:
     """Each input of the kind's form with the version's value (dotted keys for nested ones), then unknown keys."""
     rows, seen = [], set()
     flat = [c for f in fields for c in (f.children if f.widget == "group" else [f])]
@@ -249,7 +288,7 @@ def verifier_new_page(request: HttpRequest, slug: str) -> HttpResponse:
     name = request.POST.get("name", "").strip()
     if not name or len(name) > 200 or unstorable_text_reason(name):
         errors["name"] = "Give the verifier a name (at most 200 characters, no NUL)."
-    elif Verifier.objects.filter(project=project, name=name).exists():
+    elif verifier_named(project, name) is not None:
         errors["name"] = str(VerifierNameTaken(name))
     description = request.POST.get("description", "")
     if len(description) > 10_000 or unstorable_text_reason(description):
@@ -309,22 +348,18 @@ def _task_matches(project: Project, dataset: TaskDataset | None, query: str) -> 
     browser's search: Task.search_text and its trigram index), so a million-task version is not scanned."""
     if dataset is None:
         return []
-    tasks = Task.objects.filter(dataset=dataset)
-    if query:
-        tasks = tasks.filter(Q(external_id=query) | Q(category=query) | Q(search_text__contains=query.lower()))
-    return list(tasks.order_by("id").only("id", "external_id", "category", "split")[:TASK_MATCHES])
+    return tasks_matching(dataset, query, TASK_MATCHES)
 
 
 def _playground_inputs(project: Project, form: dict, errors: dict[str, str]):
     """(version, task, trajectory, notes) from the form; problems go to `errors` beside their inputs."""
     notes: list[str] = []
-    version = VerifierVersion.objects.filter(verifier__project=project, pk=_int(form["version"])) \
-        .select_related("verifier").first()
+    version = project_verifier_version(project, _int(form["version"]))
     if version is None:
         errors["version"] = "Choose a verifier version of this project."
     stored = None
     if form["trajectory"]:
-        stored = Trajectory.objects.filter(project=project, pk=_int(form["trajectory"])).select_related("task").first()
+        stored = project_trajectory_with_task(project, _int(form["trajectory"]))
         if stored is None:
             errors["trajectory"] = "No trajectory with this id in this project."
     task = None
@@ -333,7 +368,7 @@ def _playground_inputs(project: Project, form: dict, errors: dict[str, str]):
             task = task_from_json(form["task_json"])
             notes.append("Task: the pasted JSON.")
         elif form["task"]:
-            row = Task.objects.filter(dataset__project=project, pk=_int(form["task"])).select_related("dataset").first()
+            row = project_task(project, _int(form["task"]))
             if row is None:
                 errors["task"] = "Choose a task of this project's datasets."
             else:
@@ -373,9 +408,9 @@ def verifier_playground_page(request: HttpRequest, slug: str) -> HttpResponse:
     form["truncated"] = bool(form["truncated"])
     if form["output_format"] not in OUTPUT_FORMATS:
         form["output_format"] = "auto"
-    datasets = list(TaskDataset.objects.filter(project=project).order_by("name", "-version")[:CHOICES_LIMIT])
+    datasets = dataset_versions_by_name(project, CHOICES_LIMIT)
     dataset = next((d for d in datasets if d.pk == _int(form["dataset"])), None)
-    chosen_task = Task.objects.filter(dataset__project=project, pk=_int(form["task"])).first() if form["task"] else None
+    chosen_task = project_task(project, _int(form["task"])) if form["task"] else None
     if chosen_task is not None and dataset is None:
         dataset = next((d for d in datasets if d.pk == chosen_task.dataset_id), None)
     matches = _task_matches(project, dataset, form["q"].strip()[:200])
@@ -407,9 +442,9 @@ def verifier_playground_page(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _check_or_404(request: HttpRequest, slug: str, check_id: int, minimum: str = Role.VIEWER) -> VerifierCheck:
-    return get_object_or_404_for_user(
-        VerifierCheck.objects.select_related("version__verifier__project", "created_by", "run"), request.user,
-        minimum, project_field="version__verifier__project", pk=check_id, version__verifier__project__slug=slug)
+    return get_object_or_404_for_user(checks_with_project(), request.user, minimum,
+                                      project_field="version__verifier__project", pk=check_id,
+                                      version__verifier__project__slug=slug)
 
 
 def _check_crumbs(check: VerifierCheck, *tail: tuple[str, str | None]) -> list:
@@ -440,7 +475,7 @@ def verifier_check_new_page(request: HttpRequest, slug: str, verifier_id: int, n
             errors["size"] = f"Choose between {CHECK_MIN} and {CHECK_MAX} outputs."
         run = None
         if form["run"]:
-            run = Run.objects.filter(project=project, pk=_int(form["run"])).first()
+            run = run_in_project(project, _int(form["run"]))
             if run is None:
                 errors["run"] = "Choose a run of this project."
         seed = None
@@ -485,7 +520,7 @@ def verifier_check_page(request: HttpRequest, slug: str, check_id: int) -> HttpR
     check = _check_or_404(request, slug, check_id)
     project = check.version.verifier.project
     summary = check_summary(check)
-    items = list(check.items.select_related("trajectory", "labelled_by").order_by("position"))
+    items = check_items_with_trajectories(check)
     context = {
         "project": project, "check": check, "summary": summary, "items": items,
         "chart": {"bins": summary.histogram, "errors": summary.errors},
@@ -509,10 +544,9 @@ def verifier_check_score_view(request: HttpRequest, slug: str, check_id: int) ->
 
 
 def _label_item(check: VerifierCheck, position: int | None) -> VerifierCheckItem | None:
-    items = check.items.filter(scored=True)
     if position is not None:
-        return items.filter(position=position).select_related("trajectory__task", "labelled_by").first()
-    return items.filter(human_right__isnull=True).order_by("position").select_related("trajectory__task").first()
+        return scored_item_at(check, position)
+    return first_unjudged_item(check)
 
 
 def _label_url(check: VerifierCheck, position: int) -> str:
@@ -525,7 +559,7 @@ def _render_label(request, check: VerifierCheck, item: VerifierCheckItem, *, val
     project = check.version.verifier.project
     trajectory = item.trajectory
     task = env_task_of(trajectory)
-    scored = list(check.items.filter(scored=True).order_by("position").values_list("position", flat=True))
+    scored = scored_positions(check)
     index = scored.index(item.position)
     try:
         tools = (task.tool_specs() or None) if task else None
@@ -539,7 +573,7 @@ def _render_label(request, check: VerifierCheck, item: VerifierCheckItem, *, val
         "calls": expected_against_actual(expected, [c.to_dict() for c in parsed.calls]),
         "parse_format": parsed.format, "parse_errors": [e.to_dict() for e in parsed.errors],
         "values": values, "errors": errors, "number": index + 1, "count": len(scored),
-        "labelled": check.items.filter(human_right__isnull=False).count(),
+        "labelled": judged_item_count(check),
         "previous_url": _label_url(check, scored[index - 1]) if index > 0 else "",
         "next_url": _label_url(check, scored[index + 1]) if index + 1 < len(scored) else "",
         "buckets": list(zip(BUCKET_KEYS, FAILURE_BUCKETS, strict=False)),
@@ -559,7 +593,7 @@ def verifier_check_label_page(request: HttpRequest, slug: str, check_id: int) ->
     if item is None:
         if position:
             raise Http404("No such scored output in this check.")
-        if check.items.filter(scored=False).exists():
+        if has_unscored_items(check):
             messages.info(request, "Every scored output is judged; some outputs are not scored yet.")
         else:
             messages.success(request, f"Every output of check #{check.pk} is judged.")
@@ -588,15 +622,13 @@ def _save_label(request: HttpRequest, check: VerifierCheck) -> HttpResponse:
             errors[exc.field] = str(exc)
     if errors:
         return _render_label(request, check, item, values=values, errors=errors, status=422)
-    following = (check.items.filter(scored=True, human_right__isnull=True, position__gt=item.position)
-                 .order_by("position").first()
-                 or check.items.filter(scored=True, human_right__isnull=True).order_by("position").first())
+    following = next_unjudged_position(check, item.position)
     if following is None:
         check.refresh_from_db()
         rate = f"{check.agreement:.0%}" if check.agreement is not None else "—"
         messages.success(request, f"Every scored output is judged: {rate} agreement on {check.labelled} outputs.")
         return redirect("dashboard:verifier_check", slug=check.version.verifier.project.slug, check_id=check.pk)
-    return redirect(_label_url(check, following.position))
+    return redirect(_label_url(check, following))
 
 
 # ---------------------------------------------------------------------------------------
@@ -611,12 +643,11 @@ def verifier_rescore_new_page(request: HttpRequest, slug: str) -> HttpResponse:
     form = {"run": data.get("run", ""), "version": data.get("version", "")}
     errors: dict[str, str] = {}
     if request.method == "POST":
-        run = Run.objects.filter(project=project, pk=_int(form["run"])).first()
-        version = VerifierVersion.objects.filter(verifier__project=project, pk=_int(form["version"])) \
-            .select_related("verifier").first()
+        run = run_in_project(project, _int(form["run"]))
+        version = project_verifier_version(project, _int(form["version"]))
         if run is None:
             errors["run"] = "Choose a run of this project."
-        elif not run.trajectories.exists():
+        elif not run_has_trajectories(run.pk):
             errors["run"] = "This run has no stored trajectories to rescore."
         if version is None:
             errors["version"] = "Choose a verifier version of this project."
@@ -636,20 +667,16 @@ def verifier_rescore_new_page(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def verifier_rescore_page(request: HttpRequest, slug: str, rescore_id: int) -> HttpResponse:
     project = get_project_or_404(request.user, slug)
-    rescore = get_object_or_404_for_user(
-        Rescore.objects.select_related("verifier_version__verifier", "run__verifier_version__verifier", "job",
-                                       "created_by"),
-        request.user, pk=rescore_id, project=project, run__isnull=False)
+    rescore = get_object_or_404_for_user(rescores_for_page(), request.user, pk=rescore_id, project=project,
+                                         run__isnull=False)
     job = rescore.job
     active = job is not None and job.state not in FINAL_JOB_STATES
-    counts = rescore.results.aggregate(done=Count("pk"), disagreements=Count("pk", filter=Q(disagrees=True)),
-                                       errors=Count("pk", filter=~Q(error="")))
+    counts = rescore_counts(rescore)
     context = {
         "project": project, "rescore": rescore, "job": job, "active": active, "counts": counts,
-        "total": rescore.run.trajectories.count() if active else None,
+        "total": run_trajectory_count(rescore.run_id) if active else None,
         "summary": rescore.summary or {},
-        "disagreements": list(RescoreResult.objects.filter(rescore=rescore, disagrees=True)
-                              .select_related("trajectory").order_by("trajectory_id")[:DISAGREEMENTS_SHOWN]),
+        "disagreements": rescore_disagreements(rescore, DISAGREEMENTS_SHOWN),
         "shown_limit": DISAGREEMENTS_SHOWN,
         "list_url": reverse("dashboard:trajectory_list", args=[slug]) + f"?rescore={rescore.pk}&disagree=yes",
         "breadcrumbs": _crumbs(project, (f"Rescore #{rescore.pk}", None)),

@@ -10,14 +10,16 @@ absent from `Experiment.stages`.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from training.config import ConfigError
 from webapp.datasets.models import TaskDataset
 from webapp.projects.models import Project
+from webapp.projects.services.webhooks import Notice, notify
 from webapp.runs.models import (
     Checkpoint,
     Experiment,
@@ -27,7 +29,7 @@ from webapp.runs.models import (
     Run,
     RunStatus,
 )
-from webapp.runs.services.run_config import run_config_check, run_create
+from webapp.runs.services.run_config import CheckedRunConfig, run_config_check, run_create
 from webapp.verifiers.models import Verifier, VerifierVersion
 
 DEFAULT_CONFIG: dict = {
@@ -50,7 +52,20 @@ SUCCEEDED, SKIPPED, FAILED, WAITING = "succeeded", "skipped", "failed", "waiting
 
 
 class ExperimentError(ValueError):
-    pass
+    """An experiment cannot be created or go on; `errors` says what, by the setting it is about.
+
+    Keys name an experiment setting as the API's `config` and the form name it (a stage such as
+    "grpo" or "common", a gate number, "regression_datasets"), or "" for the experiment as a
+    whole; str() is every problem, a setting's as "config.<setting>: message".
+    """
+
+    def __init__(self, errors: str | dict[str, str]) -> None:
+        self.errors = {"": errors} if isinstance(errors, str) else dict(errors)
+        super().__init__("; ".join(f"config.{key}: {message}" if key else message
+                                   for key, message in self.errors.items()))
+
+    def __reduce__(self):
+        return (type(self), (self.errors,))
 
 
 # Small enough for a CPU demo: every stage runs, in minutes rather than hours
@@ -64,7 +79,7 @@ QUICK_CONFIG = {
              "eval_interval": 3, "checkpoint_interval": 3, "max_generation_batches": 1},
 }
 
-# What the demo seed (webapp/projects/demo.py) names them: picked first when a project has them.
+# What the demo seed (webapp/runs/services/demo.py) names them: picked first when a project has them.
 DEMO_DATASET = "workplace-json"
 DEMO_VERIFIER = "exact tool call"
 DEMO_MODEL = "SmolLM2-135M-Instruct (offline)"
@@ -127,66 +142,128 @@ def _is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value == value  # not NaN
 
 
-def _check_config_shape(overrides: dict) -> None:
-    """Refuse settings of the wrong type before they are merged (a string where stage settings go, ...)."""
+def _config_shape_errors(overrides: dict) -> dict[str, str]:
+    """Settings of the wrong type, by setting, before they are merged (a string where stage settings go, ...)."""
     if not isinstance(overrides, dict):
-        raise ExperimentError("config: expected an object of experiment settings.")
+        return {"": "config: expected an object of experiment settings."}
+    errors: dict[str, str] = {}
     unknown = set(overrides) - set(DEFAULT_CONFIG)
     if unknown:
-        raise ExperimentError(
-            f"Unknown experiment setting(s) {', '.join(sorted(map(str, unknown)))}; "
-            f"allowed: {', '.join(DEFAULT_CONFIG)}."
-        )
+        errors[""] = (f"Unknown experiment setting(s) {', '.join(sorted(map(str, unknown)))}; "
+                      f"allowed: {', '.join(DEFAULT_CONFIG)}.")
     for key, value in overrides.items():
         if key in STAGE_KEYS and not isinstance(value, dict):
-            raise ExperimentError(f"config.{key}: expected an object of run settings, got {type(value).__name__}.")
+            errors[key] = f"expected an object of run settings, got {type(value).__name__}."
         if key in NUMBER_BOUNDS:
             low, high = NUMBER_BOUNDS[key]
             if not _is_number(value) or not low <= value <= high:
-                raise ExperimentError(f"config.{key}: expected a number from {low} to {high}, got {value!r}.")
+                errors[key] = f"expected a number from {low} to {high}, got {value!r}."
         if key == "regression_datasets" and not (
             isinstance(value, list) and all(isinstance(n, str) and 0 < len(n) <= 200 for n in value)
         ):
-            raise ExperimentError("config.regression_datasets: expected a list of dataset names.")
+            errors[key] = "expected a list of dataset names."
+    return errors
 
 
-def experiment_config(overrides: dict) -> dict:
-    """The defaults with the overrides merged in, after checking each override's type and range."""
-    _check_config_shape(overrides)
+def _merged(overrides: dict) -> dict:
     merged = copy.deepcopy(DEFAULT_CONFIG)
     for key, value in overrides.items():
-        merged[key] = {**merged[key], **value} if isinstance(merged[key], dict) else value
+        if key in merged:
+            merged[key] = {**merged[key], **value} if isinstance(merged[key], dict) else value
     return merged
 
 
-def _check_stage_configs(full: dict, *, project: Project, dataset: TaskDataset, verifier_version: VerifierVersion,
-                         model: ModelSpec) -> None:
-    """Validate every stage's run config now, so a bad GRPO setting (or a path where the project's
-    rows belong) fails the request, not stage three."""
-    for stage in ("baseline", "sft", "grpo", "held_out"):
-        config = {**full["common"], **full[stage]}
+def experiment_config(overrides: dict) -> dict:
+    """The defaults with the overrides merged in, after checking each override's type and range
+    (ExperimentError with every wrong one)."""
+    errors = _config_shape_errors(overrides)
+    if errors:
+        raise ExperimentError(errors)
+    return _merged(overrides)
+
+
+@dataclass(frozen=True)
+class ExperimentPlan:
+    """An experiment checked once (experiment_check): its merged config and each stage's checked run config.
+
+    The stages are checked with the experiment's dataset, verifier and model and no start checkpoint;
+    a stage that starts later from a checkpoint (GRPO after SFT, the held-out evaluation) is checked
+    again when it starts, with that checkpoint, in the process that starts it.
+    """
+
+    project: Project
+    dataset: TaskDataset
+    verifier_version: VerifierVersion
+    model: ModelSpec
+    config: dict
+    stages: dict[str, CheckedRunConfig] = field(default_factory=dict)
+
+
+def _blame(stage: str, problem_field: str, overrides: dict) -> str:
+    """The setting a stage's run-config problem is about: "common" when its key came from there, else the stage."""
+    key = problem_field.removeprefix("config.").split(".")[0]
+    common, own = overrides.get("common"), overrides.get(stage)
+    if isinstance(common, dict) and key in common and not (isinstance(own, dict) and key in own):
+        return "common"
+    return stage
+
+
+def _add(errors: dict[str, str], key: str, message: str) -> None:
+    seen = errors.get(key)
+    errors[key] = message if seen is None or message in seen else f"{seen}; {message}"
+
+
+def experiment_check(
+    *, project: Project, dataset: TaskDataset, verifier_version: VerifierVersion, model: ModelSpec,
+    config: dict | None = None,
+) -> ExperimentPlan:
+    """Check every setting and every stage's run config at once (ExperimentError with all of them), so a bad
+    GRPO setting (or a path where the project's rows belong) fails the request, not stage three."""
+    overrides = {} if config is None else config
+    shape_errors = _config_shape_errors(overrides)
+    if not isinstance(overrides, dict):
+        raise ExperimentError(shape_errors)
+    errors = dict(shape_errors)
+    full = _merged({key: value for key, value in overrides.items() if key not in shape_errors})
+    stages: dict[str, CheckedRunConfig] = {}
+    for stage in STAGE_ORDER:
+        if "common" in shape_errors or stage in shape_errors:
+            continue
+        run_config = {**full["common"], **full[stage]}
         try:
-            run_config_check(config, kind=config.get("kind", ""), dataset=dataset,
-                             verifier_version=verifier_version, model=model, project=project)
+            stages[stage] = run_config_check(run_config, project=project, kind=run_config.get("kind", ""),
+                                             dataset=dataset, verifier_version=verifier_version, model=model)
         except ConfigError as exc:
-            raise ExperimentError(f"config.{stage}: {exc}") from None
+            for problem in exc.problems:
+                _add(errors, _blame(stage, problem.field, overrides), problem.message)
+    if "regression_datasets" not in shape_errors:
+        for name_ in full["regression_datasets"]:
+            if not TaskDataset.objects.filter(project=project, name=name_).exists():
+                _add(errors, "regression_datasets", f"Regression dataset {name_!r} does not exist in this project.")
+    if errors:
+        raise ExperimentError(errors)
+    return ExperimentPlan(project=project, dataset=dataset, verifier_version=verifier_version, model=model,
+                          config=full, stages=stages)
+
+
+def experiment_start(*, plan: ExperimentPlan, name: str, actor) -> Experiment:
+    """Create the checked experiment and start its first stage (its run config as checked, not checked again)."""
+    experiment = Experiment.objects.create(project=plan.project, name=name, dataset=plan.dataset,
+                                           verifier_version=plan.verifier_version, model=plan.model,
+                                           config=plan.config, created_by=actor)
+    experiment_advance(experiment_id=experiment.pk, checked=plan.stages)
+    experiment.refresh_from_db()
+    return experiment
 
 
 def experiment_create(
     *, project: Project, name: str, dataset: TaskDataset, verifier_version: VerifierVersion, model: ModelSpec,
     actor, config: dict | None = None,
 ) -> Experiment:
-    """Create the experiment and start its first stage (after the transaction commits)."""
-    full = experiment_config(config or {})
-    _check_stage_configs(full, project=project, dataset=dataset, verifier_version=verifier_version, model=model)
-    for name_ in full["regression_datasets"]:
-        if not TaskDataset.objects.filter(project=project, name=name_).exists():
-            raise ExperimentError(f"Regression dataset {name_!r} does not exist in this project.")
-    experiment = Experiment.objects.create(project=project, name=name, dataset=dataset,
-                                           verifier_version=verifier_version, model=model, config=full, created_by=actor)
-    experiment_advance(experiment_id=experiment.pk)
-    experiment.refresh_from_db()
-    return experiment
+    """Check the experiment (ExperimentError with every problem) and start it: experiment_check, then experiment_start."""
+    plan = experiment_check(project=project, dataset=dataset, verifier_version=verifier_version, model=model,
+                            config=config)
+    return experiment_start(plan=plan, name=name, actor=actor)
 
 
 def _stage_config(experiment: Experiment, stage: str) -> dict:
@@ -196,13 +273,15 @@ def _stage_config(experiment: Experiment, stage: str) -> dict:
 
 
 def _start_stage(experiment: Experiment, stage: str, *, parent: Checkpoint | None = None,
-                 dataset: TaskDataset | None = None) -> None:
-    config = _stage_config(experiment, stage)
-    run, _job = run_create(
-        project=experiment.project, name=f"{experiment.name} · {stage}", kind=config["kind"], config=config,
-        actor=experiment.created_by, dataset=dataset or experiment.dataset,
-        verifier_version=experiment.verifier_version, model=experiment.model, parent_checkpoint=parent,
-    )
+                 dataset: TaskDataset | None = None, checked: CheckedRunConfig | None = None) -> None:
+    """Create the stage's run: from `checked` (the request's experiment_check) when the stage starts as it was
+    checked (no start checkpoint, the experiment's dataset), else checked now, in this process."""
+    if checked is None or parent is not None or dataset is not None:
+        config = _stage_config(experiment, stage)
+        checked = run_config_check(config, project=experiment.project, kind=config["kind"],
+                                   dataset=dataset or experiment.dataset, verifier_version=experiment.verifier_version,
+                                   model=experiment.model, parent_checkpoint=parent)
+    run, _job = run_create(name=f"{experiment.name} · {stage}", checked=checked, actor=experiment.created_by)
     Run.objects.filter(pk=run.pk).update(experiment=experiment, stage=stage)
     experiment.stages[stage] = {"state": WAITING, "run": run.pk, "reason": ""}
 
@@ -248,25 +327,25 @@ def stage_plan(experiment: Experiment) -> list[str]:
     return [*STAGE_ORDER, *regression]
 
 
-def _create(experiment: Experiment, stage: str) -> None:
-    """Create one stage, using what the earlier stages produced."""
+def _create(experiment: Experiment, stage: str, checked: dict[str, CheckedRunConfig]) -> None:
+    """Create one stage, using what the earlier stages produced (`checked`: stage configs this request checked)."""
     stages = experiment.stages
     if stage == "baseline":
-        _start_stage(experiment, stage)
+        _start_stage(experiment, stage, checked=checked.get(stage))
     elif stage == "sft":
         valid = run_metric(stages["baseline"]["run"], "valid_json_rate", "held_out")
         threshold = experiment.config["sft_valid_format_threshold"]
         if valid is not None and valid >= threshold:
             _skip(experiment, stage, f"baseline valid format rate {valid:.2f} >= threshold {threshold:.2f}")
         else:
-            _start_stage(experiment, stage)
+            _start_stage(experiment, stage, checked=checked.get(stage))
     elif stage == "grpo":
         parent = None
         if stages["sft"]["state"] == SUCCEEDED:
             parent = best_checkpoint(stages["sft"]["run"], "validation/success_rate")
             if parent is None:
                 raise ExperimentError("the SFT stage finished without a checkpoint")
-        _start_stage(experiment, stage, parent=parent)
+        _start_stage(experiment, stage, parent=parent, checked=checked.get(stage))
     elif stage == "held_out" or stage.endswith(":candidate"):
         metric = _stage_config(experiment, "grpo").get("checkpoint_metric", "validation/success_rate")
         candidate = best_checkpoint(stages["grpo"]["run"], metric)
@@ -287,8 +366,9 @@ def _regression_dataset(experiment: Experiment, stage: str) -> TaskDataset | Non
 
 
 @transaction.atomic
-def experiment_advance(*, experiment_id: int) -> Experiment:
-    """Take the next step of the pipeline, if one is due."""
+def experiment_advance(*, experiment_id: int, checked: dict[str, CheckedRunConfig] | None = None) -> Experiment:
+    """Take the next step of the pipeline, if one is due (`checked`: stage configs experiment_check made in this
+    request, used as they are when a stage starts as it was checked)."""
     experiment = Experiment.objects.select_for_update().get(pk=experiment_id)
     if experiment.state != ExperimentState.RUNNING:
         return experiment
@@ -296,7 +376,7 @@ def experiment_advance(*, experiment_id: int) -> Experiment:
         for stage in stage_plan(experiment):
             state = _stage_state(experiment, stage)
             if state is None:
-                _create(experiment, stage)
+                _create(experiment, stage, checked or {})
                 if experiment.stages[stage]["state"] == SKIPPED:
                     continue
                 break
@@ -368,6 +448,12 @@ def _finish_with_gates(experiment: Experiment) -> None:
     verdict = "all gates passed" if experiment.gates_passed else "gates failed: " + ", ".join(
         g.name for g in gates if not g.passed)
     _finish(experiment, ExperimentState.SUCCEEDED, f"candidate {experiment.candidate_checkpoint}: {verdict}")
+    link = f"{settings.CRUCIBLE_PUBLIC_URL}/p/{experiment.project.slug}/experiments/{experiment.pk}/"
+    notify(experiment.project, Notice(
+        event="experiment.decided", link=link,
+        subject=f"Experiment {experiment.name!r}: {verdict}",
+        fields={"experiment_id": experiment.pk, "experiment_name": experiment.name,
+                "gates_passed": experiment.gates_passed, "gates": experiment.gates}))
 
 
 def experiments_advance_all() -> int:

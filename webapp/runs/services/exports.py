@@ -1,6 +1,6 @@
 """Merged-model exports of LoRA checkpoints (a job of kind "export", run by workers/export.py).
 
-Which folders may be read is webapp.runs.paths' rule: only inside the checkpoint's own run folder.
+Which folders may be read is webapp.runs.services.paths' rule: only inside the checkpoint's own run folder.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from django.conf import settings
 
 from webapp.projects.models import Project
 from webapp.runs.models import Checkpoint, CheckpointKind, Job, JobState, Run
-from webapp.runs.paths import ELSEWHERE, GONE, PRESENT, inside_run_folder, weights_problem
 from webapp.runs.services.jobs import job_create
+from webapp.runs.services.paths import ELSEWHERE, GONE, PRESENT, inside_run_folder, weights_problem
 
 __all__ = ["ELSEWHERE", "GONE", "PRESENT"]
 ACTIVE_JOB_STATES = (JobState.QUEUED, JobState.CLAIMED, JobState.RUNNING)
@@ -26,7 +26,7 @@ class ExportRefused(ValueError):
 def local_folder(location: str, run: Run) -> tuple[Path | None, str]:
     """(folder, PRESENT) when `location` is an existing folder inside `run`'s own folder.
 
-    webapp.runs.paths decides (URI schemes, `..` and symlinks resolved first); (None,
+    webapp.runs.services.paths decides (URI schemes, `..` and symlinks resolved first); (None,
     GONE) for such a folder that no longer exists, (None, ELSEWHERE) for any other path.
     """
     return inside_run_folder(run, location)

@@ -27,11 +27,17 @@ from django.db import IntegrityError, connection, transaction
 
 from webapp.datasets.models import Task
 from webapp.runs.models import Checkpoint, MetricPoint, Run
-from webapp.trajectories.models import FAILURE_BUCKETS, BucketRollup, StepRollup, Trajectory
+from webapp.trajectories.models import (
+    FAILURE_BUCKETS,
+    BucketRollup,
+    StepRollup,
+    Trajectory,
+    search_text_of_turns,
+)
 
 TRAJECTORY_COLUMNS = (
     "project_id", "run_id", "attempt", "task_id", "task_key", "step", "split", "group_id", "sample_index",
-    "turns", "tool_calls", "reward", "components", "advantage", "passed", "failure_bucket", "flags",
+    "turns", "search_text", "tool_calls", "reward", "components", "advantage", "passed", "failure_bucket", "flags",
     "tokens_in", "tokens_out", "latency_ms", "source", "created_at", "verifier_version_id",
 )
 JSON_COLUMNS = {"turns", "tool_calls", "components", "flags"}
@@ -136,6 +142,7 @@ class EventIngestor:
             "group_id": _text(event.get("group_id") or "", 64),
             "sample_index": int(event.get("sample_index") or 0),
             "turns": event.get("turns") or [],
+            "search_text": search_text_of_turns(event.get("turns") or []),
             "tool_calls": event.get("tool_calls") or [],
             "reward": _finite(event.get("reward")),
             "components": event.get("components") or {},
@@ -253,7 +260,7 @@ def _copy_rows(table: str, rows: list[dict]) -> None:
 _STAGE_DDL = """
 CREATE TEMP TABLE IF NOT EXISTS crucible_trajectory_stage (
   project_id bigint, run_id bigint, attempt integer, task_id bigint, task_key varchar(200), step integer,
-  split varchar(32), group_id varchar(64), sample_index integer, turns jsonb, tool_calls jsonb,
+  split varchar(32), group_id varchar(64), sample_index integer, turns jsonb, search_text text, tool_calls jsonb,
   reward double precision, components jsonb, advantage double precision, passed boolean,
   failure_bucket varchar(32), flags jsonb, tokens_in integer, tokens_out integer,
   latency_ms double precision, source varchar(16), created_at timestamptz, verifier_version_id bigint

@@ -25,6 +25,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from webapp.projects.models import Project
+from webapp.projects.services.webhooks import Notice, notify
 from webapp.runs.models import ACTIVE_JOB_STATES, FINAL_JOB_STATES, Job, JobState, Run, RunStatus
 
 # Which Celery queue a job kind goes to (DESIGN.md "Storage and processes").
@@ -81,7 +82,7 @@ def _lease_deadline(now: datetime) -> datetime:
 
 def enqueue_job_message(job_id: int, queue: str) -> None:
     """Wake a worker for this job. The message carries only the id; the row holds the rest."""
-    from webapp.config.celery import app
+    from webapp.common.celery import app
 
     app.send_task("workers.tasks.execute_job", args=[job_id], queue=queue)
 
@@ -203,7 +204,23 @@ def _finish(job_id: int, attempt: int, state: str, *, error: str = "", log_tail:
         job.save(update_fields=["state", "finished_at", "lease_expires_at", "error", "progress", "log_tail", "history",
                                 "processes"])
         _sync_run_status(job)
+        _notify_run_end(job)
     return job
+
+
+def _notify_run_end(job: Job) -> None:
+    """A run's job that succeeded or failed tells the project's webhooks (within this transaction)."""
+    if job.run_id is None or job.state not in (JobState.SUCCEEDED, JobState.FAILED):
+        return
+    run = Run.objects.select_related("project").only("id", "name", "kind", "project__slug", "project__name").get(
+        pk=job.run_id)
+    finished = job.state == JobState.SUCCEEDED
+    subject = (f"Run {run.name!r} ({run.kind}) finished" if finished
+               else f"Run {run.name!r} ({run.kind}) failed: {job.error[:300] or 'no error message'}")
+    link = f"{settings.CRUCIBLE_PUBLIC_URL}/p/{run.project.slug}/runs/{run.pk}/"
+    notify(run.project, Notice(event="run.finished" if finished else "run.failed", subject=subject, link=link,
+                               fields={"run_id": run.pk, "run_name": run.name, "run_kind": run.kind,
+                                       "job_id": job.pk, "attempt": job.attempt, "error": job.error[:2000]}))
 
 
 def job_record_result(*, job_id: int, attempt: int, result: dict) -> None:

@@ -20,11 +20,11 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 
-from webapp.api.bounds import text_field_problem
+from webapp.common.bounds import text_field_problem
 from webapp.projects.models import Project
-from webapp.projects.services import audit_log
+from webapp.projects.services.projects import audit_log
 from webapp.runs.models import Experiment, ModelSpec, Run
-from webapp.runs.paths import local_path, model_root_folder, model_roots, strictly_inside
+from webapp.runs.services.paths import local_path, model_root_folder, model_roots, strictly_inside
 
 MODEL_NAME_MAX = ModelSpec._meta.get_field("name").max_length
 HF_ID_MAX = ModelSpec._meta.get_field("hf_id").max_length

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 
 from webapp.projects.models import Project
-from webapp.projects.services import audit_log
+from webapp.projects.services.projects import audit_log
 from webapp.runs.models import AliasMove, Checkpoint, CheckpointAlias, Experiment, ExperimentState
-from webapp.runs.paths import GONE, PRESENT, checkpoint_folder
+from webapp.runs.services.paths import GONE, PRESENT, checkpoint_folder
 
 ALIAS_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -68,7 +68,7 @@ def checkpoint_gate_status(checkpoint: Checkpoint) -> GateStatus:
 class WeightsStatus:
     """Whether this server holds the checkpoint's weights (inside its run's folder), and if not, why."""
 
-    state: str  # webapp.runs.paths: PRESENT, GONE or ELSEWHERE
+    state: str  # webapp.runs.services.paths: PRESENT, GONE or ELSEWHERE
     detail: str
 
     @property
@@ -77,7 +77,7 @@ class WeightsStatus:
 
 
 def checkpoint_weights_status(checkpoint: Checkpoint) -> WeightsStatus:
-    """The weights are here only when its folder is inside its run's folder on this server (webapp.runs.paths).
+    """The weights are here only when its folder is inside its run's folder on this server (webapp.runs.services.paths).
 
     An imported run's checkpoints name folders on the machine that trained them; an alias on
     such a checkpoint would point serving and exports at files this server does not have.

@@ -1,27 +1,36 @@
-"""Runs: validating their configs and turning a Run row into the training process's config."""
+"""Runs: validating their configs and turning a Run row into the training process's config.
+
+A run config is validated once per process boundary: once per web request, by
+`run_config_check`, whose `CheckedRunConfig` is what `run_create` saves (it takes no unchecked
+dict); and once in the worker, by `run_process_config`, when the linked rows become paths.
+Problems travel as data (training.config.ConfigProblem), each named by the request field it is
+about: `config.<path>` for the run's own config, or the field of the linked row that supplied
+the key (`dataset`, `verifier`, `model`, `parent_checkpoint_id`, `kind`).
+"""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.db import transaction
 
 from environments.registry import canonical_verifier_name
 from environments.types import Task as EnvTask
-from training.config import ConfigError, config_problems, validate_run_config
+from training.config import ConfigError, ConfigProblem, RunConfig, validate_run_config
 from webapp.datasets.models import TaskDataset
 from webapp.projects.models import Project
 from webapp.runs.models import Checkpoint, Job, ModelSpec, Run
-from webapp.runs.paths import checkpoint_folder, weights_problem
 from webapp.runs.services.jobs import job_create, queue_for_run
 from webapp.runs.services.models import gguf_name_problem, hf_id_problem, registered_model_problem
+from webapp.runs.services.paths import checkpoint_folder, weights_problem
 from webapp.trajectories.models import ReviewQueue
 from webapp.trajectories.services.review import ReviewError, queue_preference_pairs_file
 from webapp.verifiers.models import VerifierVersion
 
-__all__ = ["ConfigError", "config_error_field", "config_path_problems", "run_config_check", "run_config_problems",
+__all__ = ["CheckedRunConfig", "ConfigError", "config_path_problems", "run_config_check", "run_config_problems",
            "run_create", "run_process_config"]
 
 # A review queue's preference pairs, as a DPO run's `preference_pairs` names them.
@@ -45,49 +54,36 @@ URL_VERIFIERS = frozenset({"llm_judge"})
 def _config_with_links(
     config: dict, *, kind: str, dataset: TaskDataset | None, dataset_path: str | None,
     verifier_version: VerifierVersion | None, model: ModelSpec | None, parent_checkpoint: Checkpoint | None,
-) -> dict:
-    """The run's own config plus what its linked rows say (dataset file, verifier, model, start point)."""
+) -> tuple[dict, dict[str, str]]:
+    """The run's own config plus what its linked rows say (dataset file, verifier, model, start point),
+    and, for each key a linked row wrote, the request field that names that row (its problems belong there)."""
     merged = {k: v for k, v in config.items() if k != "reward" or verifier_version is None}
-    merged.setdefault("kind", kind)
+    origin: dict[str, str] = {}
+
+    def link(key: str, value, field: str, *, default: bool = False) -> None:
+        if not (default and key in merged):  # a default only where the config itself is silent
+            merged[key], origin[key] = value, field
+
+    link("kind", kind, "kind", default=True)
     if dataset is not None and dataset_path is not None:
-        merged["dataset"] = dataset_path
+        link("dataset", dataset_path, "dataset")
         if dataset.environment:
-            merged.setdefault("environment", dataset.environment)
+            link("environment", dataset.environment, "dataset", default=True)
     if verifier_version is not None:
-        merged["verifier"] = {"name": verifier_version.verifier.kind, "config": verifier_version.config}
+        link("verifier", {"name": verifier_version.verifier.kind, "config": verifier_version.config}, "verifier")
     if model is not None:
-        merged["model"] = model.spec
+        link("model", model.spec, "model")
         if model.gguf_file:
-            merged["model_gguf_file"] = model.gguf_file
+            link("model_gguf_file", model.gguf_file, "model")
     if parent_checkpoint is not None:
-        merged["init_checkpoint"] = parent_checkpoint.storage_uri
-    return merged
+        link("init_checkpoint", parent_checkpoint.storage_uri, "parent_checkpoint_id")
+    return merged, origin
 
 
-# Keys the run config receives from the linked rows rather than from the body's config.
-LINKED_CONFIG_KEYS = {
-    "kind": "kind", "dataset": "dataset", "environment": "dataset", "verifier": "verifier", "reward": "verifier",
-    "model": "model", "model_gguf_file": "model", "init_checkpoint": "parent_checkpoint_id",
-}
-QUOTED_KEY = re.compile(r"'([A-Za-z_][\w.\[\]]*)'")
-
-
-def config_error_field(message: str, config: dict) -> str:
-    """The request field a ConfigError is about: `config.<key>` for the key its message quotes.
-
-    training.config names the offending key first, in single quotes ("'learning_rate'
-    must be > 0, got -1", "unknown key 'lr' ..."). A key the body's config does not
-    hold came from a linked row (dataset, verifier, model, parent checkpoint), so the
-    error belongs beside that field instead.
-    """
-    match = QUOTED_KEY.search(message)
-    if match is None:
-        return "config"
-    key = match.group(1)
-    top = key.split(".")[0].split("[")[0]
-    if top not in config and top in LINKED_CONFIG_KEYS:
-        return LINKED_CONFIG_KEYS[top]
-    return f"config.{key}"
+def _request_field(path: str, origin: dict[str, str]) -> str:
+    """The request field a training.config problem at `path` is about: the linked row that wrote its key, else
+    `config.<path>` (`config` for the config as a whole)."""
+    return origin.get(path.split(".")[0]) or (f"config.{path}" if path else "config")
 
 
 def _preference_queue_problem(value: str, project: Project) -> str | None:
@@ -149,77 +145,112 @@ def _links_problems(*, model: ModelSpec | None) -> dict[str, str]:
     return {"model": problem} if problem else {}
 
 
+@dataclass(frozen=True)
+class CheckedRunConfig:
+    """A run config with the rows it links to, checked once (run_config_check): what run_create saves.
+
+    `config` is the run's own config as given (Run.config keeps it: what the person set, the
+    defaults left out); `resolved` is training's RunConfig of it with its links, every default filled.
+    """
+
+    project: Project
+    kind: str
+    config: dict
+    resolved: RunConfig
+    dataset: TaskDataset | None = None
+    verifier_version: VerifierVersion | None = None
+    model: ModelSpec | None = None
+    parent_checkpoint: Checkpoint | None = None
+
+
+def _check(
+    config: dict, *, kind: str, dataset: TaskDataset | None, verifier_version: VerifierVersion | None,
+    model: ModelSpec | None, parent_checkpoint: Checkpoint | None, project: Project | None,
+) -> tuple[RunConfig | None, list[ConfigProblem]]:
+    """training.config's one validation of the config with its links, and every problem by request field."""
+    merged, origin = _config_with_links(
+        config, kind=kind, dataset=dataset, dataset_path="tasks.jsonl" if dataset else None,
+        verifier_version=verifier_version, model=model, parent_checkpoint=parent_checkpoint,
+    )
+    problems: list[ConfigProblem] = []
+    if project is not None:
+        problems += [ConfigProblem(field, message) for field, message in
+                     {**config_path_problems(config, project=project), **_links_problems(model=model)}.items()]
+    try:
+        resolved = validate_run_config(merged)
+    except ConfigError as exc:
+        return None, problems + [ConfigProblem(_request_field(p.field, origin), p.message) for p in exc.problems]
+    return (None if problems else resolved), problems
+
+
+def run_config_check(
+    config: dict, *, project: Project, kind: str, dataset: TaskDataset | None = None,
+    verifier_version: VerifierVersion | None = None, model: ModelSpec | None = None,
+    parent_checkpoint: Checkpoint | None = None,
+) -> CheckedRunConfig:
+    """The config checked with its links, for run_create; ConfigError with every problem otherwise.
+
+    Each problem names its request field (`config.<path>`, or the linked row's field): a path where a
+    reference belongs (config_path_problems), a registered model outside the model roots, and every
+    problem training.config finds.
+    """
+    resolved, problems = _check(config, kind=kind, dataset=dataset, verifier_version=verifier_version, model=model,
+                                parent_checkpoint=parent_checkpoint, project=project)
+    if resolved is None:
+        raise ConfigError(problems)
+    return CheckedRunConfig(project=project, kind=kind, config=config, resolved=resolved, dataset=dataset,
+                            verifier_version=verifier_version, model=model, parent_checkpoint=parent_checkpoint)
+
+
 def run_config_problems(
     config: dict, *, kind: str, dataset: TaskDataset | None = None, verifier_version: VerifierVersion | None = None,
     model: ModelSpec | None = None, parent_checkpoint: Checkpoint | None = None, project: Project | None = None,
 ) -> dict[str, str]:
-    """Every problem of a run config with its links, by field (`config.<key>`, `dataset`, ...), for forms.
+    """Every problem of a run config with its links, by request field, or {}.
 
     With `project` (a request's config) a path where a reference belongs is a problem too
     (config_path_problems); without it (an imported run's recorded config) only the schema is checked.
     """
-    merged = _config_with_links(
-        config, kind=kind, dataset=dataset, dataset_path="tasks.jsonl" if dataset else None,
-        verifier_version=verifier_version, model=model, parent_checkpoint=parent_checkpoint,
-    )
-    problems: dict[str, str] = {}
-    if project is not None:
-        problems.update(config_path_problems(config, project=project))
-        problems.update(_links_problems(model=model))
-    for message in config_problems(merged):
-        problems.setdefault(config_error_field(message, config), message)
-    return problems
-
-
-def run_config_check(
-    config: dict, *, kind: str, dataset: TaskDataset | None = None, verifier_version: VerifierVersion | None = None,
-    model: ModelSpec | None = None, parent_checkpoint: Checkpoint | None = None, project: Project | None = None,
-) -> None:
-    """Raise ConfigError (naming the bad key) unless the config, with its links, is a valid run config.
-
-    With `project`, a path where a reference belongs is refused first (config_path_problems).
-    """
-    if project is not None:
-        problems = {**config_path_problems(config, project=project), **_links_problems(model=model)}
-        if problems:
-            raise ConfigError(next(iter(problems.values())))
-    validate_run_config(_config_with_links(
-        config, kind=kind, dataset=dataset, dataset_path="tasks.jsonl" if dataset else None,
-        verifier_version=verifier_version, model=model, parent_checkpoint=parent_checkpoint,
-    ))
+    _resolved, problems = _check(config, kind=kind, dataset=dataset, verifier_version=verifier_version, model=model,
+                                 parent_checkpoint=parent_checkpoint, project=project)
+    return ConfigError(problems).by_field() if problems else {}
 
 
 @transaction.atomic
-def run_create(
-    *, project: Project, name: str, kind: str, config: dict, actor, dataset: TaskDataset | None = None,
-    verifier_version: VerifierVersion | None = None, model: ModelSpec | None = None,
-    parent_checkpoint: Checkpoint | None = None, start: bool = True,
-) -> tuple[Run, Job | None]:
-    """Validate the config (ConfigError names the bad key; a path where a reference belongs is one),
-    save the run, and queue its job."""
-    run_config_check(config, kind=kind, dataset=dataset, verifier_version=verifier_version, model=model,
-                     parent_checkpoint=parent_checkpoint, project=project)
+def run_create(*, name: str, checked: CheckedRunConfig, actor, start: bool = True) -> tuple[Run, Job | None]:
+    """Save the run of a checked config and queue its job; the config is not validated again."""
     run = Run.objects.create(
-        project=project, name=name, kind=kind, config=config, dataset=dataset, verifier_version=verifier_version,
-        model=model, parent_checkpoint=parent_checkpoint, created_by=actor,
+        project=checked.project, name=name, kind=checked.kind, config=checked.config, dataset=checked.dataset,
+        verifier_version=checked.verifier_version, model=checked.model, parent_checkpoint=checked.parent_checkpoint,
+        created_by=actor,
     )
-    job = job_create(project=project, kind=kind, run=run, queue=queue_for_run(kind, config)) if start else None
+    job = (job_create(project=checked.project, kind=checked.kind, run=run, queue=queue_for_run(checked.kind,
+                                                                                                checked.config))
+           if start else None)
     return run, job
 
 
 def run_process_config(run: Run, run_dir: Path) -> dict:
-    """The JSON config `python -m training run` receives for this run.
+    """The JSON config `python -m training run` receives for this run (the worker's one validation).
 
     Every path in it is the server's: the dataset and the review queue's preference pairs are
     written beside it, the start checkpoint is its folder inside its own run's folder (or the
     job stops with a ConfigError saying why), and a path the run's config holds where a
     reference belongs is refused here too, whoever wrote the row.
+
+    The worker validates what it writes, although the request that created the run did, because
+    this is a new config: the linked rows are read now (a model spec edited since, the start
+    checkpoint's folder, files written for this attempt), and the worker reads `device` and
+    `num_processes` from it to refuse a device it lacks and to count ranks before it spawns
+    anything. A config that cannot run fails the job here, in a second, instead of after the
+    training process has imported torch; the training process then validates run.json once more
+    as its own boundary.
     """
     problems = {**config_path_problems(run.config, project=run.project), **_links_problems(model=run.model)}
     if problems:
-        raise ConfigError(next(iter(problems.values())))
+        raise ConfigError([ConfigProblem(field, message) for field, message in problems.items()])
     dataset_path = str(_export_dataset(run.dataset, run_dir)) if run.dataset_id else None
-    config = _config_with_links(
+    config, _origin = _config_with_links(
         run.config, kind=run.kind, dataset=run.dataset, dataset_path=dataset_path,
         verifier_version=run.verifier_version,
         model=run.model, parent_checkpoint=run.parent_checkpoint,
@@ -238,10 +269,11 @@ def _start_checkpoint_folder(run: Run) -> Path:
     what = f"checkpoint {parent.pk} ({parent.run.name}, step {parent.step})"
     if parent.run.project_id != run.project_id:
         raise ConfigError(f"'init_checkpoint' {what} belongs to another project: start from one of this project's "
-                          "checkpoints.")
+                          "checkpoints.", field="init_checkpoint")
     folder, state = checkpoint_folder(parent)
     if folder is None:
-        raise ConfigError(f"'init_checkpoint' cannot be loaded. {weights_problem(state, what, parent.storage_uri)}")
+        raise ConfigError(f"'init_checkpoint' cannot be loaded. {weights_problem(state, what, parent.storage_uri)}",
+                          field="init_checkpoint")
     return folder
 
 
@@ -251,11 +283,12 @@ def _export_preference_pairs(reference: str, run: Run, run_dir: Path) -> Path:
     queue = ReviewQueue.objects.filter(pk=int(match.group(1)), project=run.project).first() if match else None
     if queue is None:
         raise ConfigError(f"'preference_pairs' {reference!r} is not a review queue of this project (it was removed?): "
-                          "start a new DPO run from a review queue.")
+                          "start a new DPO run from a review queue.", field="preference_pairs")
     try:
         return queue_preference_pairs_file(queue=queue, folder=run_dir)
     except ReviewError as exc:
-        raise ConfigError(f"'preference_pairs' of review queue {queue.pk}: {'; '.join(exc.errors.values())}") from None
+        raise ConfigError(f"'preference_pairs' of review queue {queue.pk}: {'; '.join(exc.errors.values())}",
+                          field="preference_pairs") from None
 
 
 def _export_dataset(dataset: TaskDataset, run_dir: Path) -> Path:

@@ -32,7 +32,7 @@ nothing.
 Numbers: NaN, Infinity and numbers beyond a double's range are not JSON and the event writer
 never writes them (it writes null). A line holding one anywhere (a metric, a trajectory's
 components or flags, a checkpoint's metrics) is skipped as "bad values" with its line and the
-path to the number, the rule the dataset import shares (webapp.datasets.strict_json); a config
+path to the number, the rule the dataset import shares (webapp.common.strict_json); a config
 holding one is reported and not used.
 
 Damaged zips (a wrong CRC, a size header that lies, a truncated member) are refused with a
@@ -77,7 +77,7 @@ from django.utils import timezone
 
 from training.checkpoints import CHECKPOINTS_DIR, COMPLETE_MARKER, read_checkpoint
 from training.events import EVENTS_FILE, EventError, validate_event
-from webapp.datasets import strict_json
+from webapp.common import strict_json
 from webapp.projects.models import Project
 from webapp.runs.models import Checkpoint, MetricPoint, ModelSpec, Run, RunKind, RunStatus
 from webapp.runs.services.ingest import EventIngestor

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from webapp.runs.models import FINAL_JOB_STATES, Job, JobState, Run
-from webapp.runs.selectors import run_latest_job
+from webapp.runs.selectors.runs import run_latest_job
 from webapp.runs.services.jobs import job_request_cancel, job_retry
 
 RETRYABLE_JOB_STATES = (JobState.FAILED, JobState.CANCELLED)

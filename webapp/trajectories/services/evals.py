@@ -9,7 +9,7 @@ from django.db import transaction
 from environments.parsing import parse_tool_calls
 from environments.types import Task as EnvTask
 from webapp.datasets.models import Lineage, Source, Split, Task, TaskDataset
-from webapp.datasets.services import dataset_create, dataset_new_version, task_content_hash
+from webapp.datasets.services.datasets import dataset_create, dataset_new_version, task_content_hash
 from webapp.trajectories.models import Trajectory
 from webapp.trajectories.services.verification import env_task_of
 

@@ -6,7 +6,7 @@ review order. A reviewer asks for the next item and holds it for `lock_minutes`;
 else is handed a held item, and an abandoned lock simply expires. A label (`review_save`)
 is stored as a Review linked to its item; labelling the same item again updates the label
 instead of counting twice. Pages and the REST API call these functions after checking the
-caller's role (webapp.projects.access): the services trust that check.
+caller's role (webapp.projects.selectors.access): the services trust that check.
 
 Concurrency of `queue_claim_next`: on PostgreSQL the candidate row is read with
 SELECT ... FOR UPDATE SKIP LOCKED inside a transaction, so concurrent reviewers walk past
@@ -32,11 +32,11 @@ from django.db.models import Exists, F, Max, Min, OuterRef, Q, QuerySet
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from webapp.api.bounds import unstorable_text_reason
+from webapp.common.bounds import unstorable_text_reason
 from webapp.datasets.models import Split, TaskDataset
-from webapp.projects.access import has_role
 from webapp.projects.models import Project, Role
-from webapp.projects.services import audit_log
+from webapp.projects.selectors.access import has_role
+from webapp.projects.services.projects import audit_log
 from webapp.trajectories.models import (
     FAILURE_BUCKETS,
     QueueItem,
@@ -47,7 +47,7 @@ from webapp.trajectories.models import (
     Trajectory,
     Verdict,
 )
-from webapp.trajectories.selectors import (
+from webapp.trajectories.selectors.trajectories import (
     FILTER_FIELDS,
     FilterError,
     TrajectoryFilter,
@@ -811,3 +811,8 @@ def queue_preference_pairs_file(*, queue: ReviewQueue, folder: Path) -> Path:
             Path(temporary).unlink(missing_ok=True)
             raise
     return path
+
+
+def reviewed_with_tasks(queue: ReviewQueue) -> list[Trajectory]:
+    """reviewed_in_queue's trajectories with their tasks loaded: what "labels into a new dataset" turns into tasks."""
+    return list(reviewed_in_queue(queue).select_related("task"))

@@ -10,8 +10,8 @@ from environments.types import Task as EnvTask
 from environments.types import Trajectory as EnvTrajectory
 from environments.types import VerifyResult
 from webapp.trajectories.models import FAILURE_BUCKETS, Trajectory
-from webapp.verifiers.judge import build_verifier
 from webapp.verifiers.models import VerifierVersion
+from webapp.verifiers.services.judge import build_verifier
 
 
 def env_task_of(trajectory: Trajectory) -> EnvTask | None:

@@ -1,6 +1,6 @@
 """Import a Crucible JSONL or NeMo Gym JSONL file of tasks as a dataset version.
 
-The same service as the import page and the API (webapp.datasets.imports): the file is checked
+The same service as the import page and the API (webapp.datasets.services.imports): the file is checked
 first and the report printed (rows accepted, rejected with line and reason, duplicates, splits);
 with --dry-run nothing more happens, otherwise the new version is written in one transaction.
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from webapp.datasets.imports import (
+from webapp.datasets.services.imports import (
     ImportFileError,
     ImportReport,
     import_check,

@@ -22,7 +22,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from webapp.projects.models import ApiToken, Project, TokenAccess
-from webapp.projects.services import TokenOptionsError, api_token_issue, api_token_revoke
+from webapp.projects.services.projects import TokenOptionsError, api_token_issue, api_token_revoke
 
 NAME_MAX = ApiToken._meta.get_field("name").max_length
 EXPIRY_DAYS_MAX = 3650

@@ -1,0 +1,168 @@
+"""The runs table, run detail and compare pages: roles, escaping, panels, config diff."""
+
+from __future__ import annotations
+
+import pytest
+
+from webapp.dashboard.views.runs import config_rows, run_panels
+from webapp.runs.models import Job, ModelSpec, Run
+from webapp.runs.services import jobs as js
+from webapp.runs.services.ingest import EventIngestor
+from webapp.runs.services.run_config import run_config_check, run_create
+
+HOSTILE = '<script>alert("x")</script>'
+
+
+@pytest.fixture
+def runs(project_team):
+    project, owner = project_team["project"], project_team["owner"]
+    model = ModelSpec.objects.create(project=project, name="tiny", hf_id="x/tiny")
+    made = []
+    for i, lr in enumerate((1e-4, 5e-5)):
+        checked = run_config_check({"learning_rate": lr}, project=project, kind="grpo", model=model)
+        run, job = run_create(name=f"run {i} {HOSTILE}", checked=checked, actor=owner)
+        claimed = js.job_claim(job_id=job.pk, worker="w")
+        js.job_mark_running(job_id=job.pk, attempt=claimed.attempt)
+        EventIngestor(run, attempt=claimed.attempt).ingest([
+            {"type": "metric", "step": s, "split": "train", "metrics": {"reward": s / 10, "odd/metric": 1.0}}
+            for s in range(1, 6)])
+        made.append(run)
+    js.job_fail(job_id=made[1].jobs.get().pk, attempt=1, error=HOSTILE, log_tail=HOSTILE)
+    return made
+
+
+def test_the_table_lists_runs_with_headline_metrics_and_escapes_names(client, project_team, runs):
+    client.force_login(project_team["viewer"])
+    body = client.get(f"/p/{project_team['project'].slug}/runs/").content.decode()
+    assert HOSTILE not in body and "&lt;script&gt;" in body
+    assert body.count('class="compare-box"') == 2
+    assert 'data-sparkline="[0.1, 0.2, 0.3, 0.4, 0.5]"' in body
+    filtered = client.get(f"/p/{project_team['project'].slug}/runs/?status=failed").content.decode()
+    assert filtered.count('class="compare-box"') == 1
+    bad = client.get(f"/p/{project_team['project'].slug}/runs/?sort=nope").content.decode()
+    assert "unknown sort" in bad
+
+
+def test_the_runs_table_says_words_in_its_sort_menu_and_names_each_column_once(client, project_team, runs):
+    from webapp.runs.selectors.runs import RUN_SORT_LABELS, RUN_SORTS
+
+    assert RUN_SORT_LABELS.keys() == RUN_SORTS.keys()
+    client.force_login(project_team["viewer"])
+    body = client.get(f"/p/{project_team['project'].slug}/runs/?sort=-name").content.decode()
+    assert '<option value="-name" selected>name, Z to A</option>' in body
+    assert ">-created<" not in body and '<option value="-created">newest first</option>' in body
+    assert body.count("<th>Reward</th>") + body.count('<th class="num">Reward</th>') == 1
+    assert "Reward curve</th>" in body
+
+
+def test_the_run_page_has_panels_for_what_was_recorded_and_escapes_the_log(client, project_team, runs):
+    client.force_login(project_team["viewer"])
+    slug = project_team["project"].slug
+    body = client.get(f"/p/{slug}/runs/{runs[1].pk}/").content.decode()
+    assert 'data-names="reward"' in body and 'data-names="odd/metric"' in body
+    assert HOSTILE not in body and body.count("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;") >= 3
+    assert "/retry/" not in body, "viewers get no retry button"
+    live = client.get(f"/p/{slug}/runs/{runs[0].pk}/live/").content.decode()
+    assert 'data-run-active="1"' in live and 'hx-trigger="every 3s"' in live
+    finished = client.get(f"/p/{slug}/runs/{runs[1].pk}/live/").content.decode()
+    assert "data-run-active" not in finished
+
+
+@pytest.mark.parametrize(("role", "allowed"), [("viewer", False), ("reviewer", False), ("editor", True),
+                                               ("owner", True)])
+def test_cancel_and_retry_need_an_editor(client, project_team, runs, role, allowed):
+    slug = project_team["project"].slug
+    client.force_login(project_team[role])
+    running, failed = runs
+    assert client.post(f"/p/{slug}/runs/{running.pk}/cancel/").status_code == (302 if allowed else 403)
+    assert client.post(f"/p/{slug}/runs/{failed.pk}/retry/").status_code == (302 if allowed else 403)
+    assert Job.objects.get(run=running).cancel_requested is allowed
+    assert (Job.objects.get(run=failed).state == "queued") is allowed
+
+
+def test_retrying_a_running_run_says_why_not(client, project_team, runs):
+    client.force_login(project_team["editor"])
+    slug = project_team["project"].slug
+    response = client.post(f"/p/{slug}/runs/{runs[0].pk}/retry/", follow=True)
+    assert "only a failed or cancelled run can be retried" in response.content.decode()
+
+
+def test_outsiders_get_404_everywhere(client, project_team, runs):
+    client.force_login(project_team["outsider"])
+    slug = project_team["project"].slug
+    for path in ("runs/", f"runs/{runs[0].pk}/", f"runs/{runs[0].pk}/live/",
+                 f"runs/compare/?ids={runs[0].pk},{runs[1].pk}"):
+        assert client.get(f"/p/{slug}/{path}").status_code == 404, path
+    assert client.post(f"/p/{slug}/runs/{runs[0].pk}/cancel/").status_code == 404
+
+
+def test_compare_refuses_runs_of_another_project(client, project_team, runs):
+    other = Run.objects.create(project=project_team["other"], name="theirs", kind="grpo")
+    client.force_login(project_team["owner"])
+    slug = project_team["project"].slug
+    assert client.get(f"/p/{slug}/runs/compare/?ids={runs[0].pk},{other.pk}").status_code == 404
+    page = client.get(f"/p/{slug}/runs/compare/?ids={runs[0].pk},{runs[1].pk}").content.decode()
+    assert 'data-key="learning_rate"' in page and 'class="differs"' in page
+    assert "Pick at least two runs" in client.get(f"/p/{slug}/runs/compare/?ids={runs[0].pk}").content.decode()
+
+
+def test_panels_follow_the_recorded_metrics():
+    recorded = [("train", "reward"), ("train", "reward_std"), ("train", "clip_ratio/low_mean"),
+                ("train", "clip_ratio/high_mean"), ("validation", "success_rate"), ("train", "custom")]
+    panels = {p.title: p for p in run_panels(recorded)}
+    assert panels["Reward (mean ± std over the batch)"].band == "reward_std"
+    assert panels["Clip ratios"].names == ["clip_ratio/high_mean", "clip_ratio/low_mean"]
+    assert panels["custom (train)"].names == ["custom"], "a metric no panel claims still gets a chart"
+    assert "KL to the reference" not in panels
+
+
+def test_system_metrics_get_their_own_panels_per_split():
+    recorded = [("train", "system/cpu_percent"), ("train", "system/memory_rss_mb"),
+                ("train", "system/gpu_memory_peak_mb"), ("train", "system/gpu_utilization_percent"),
+                ("validation", "system/memory_rss_mb"), ("train", "timing/scoring"),
+                ("train", "generation/tokens_per_second"), ("validation", "timing/generation")]
+    panels = {p.title: p for p in run_panels(recorded)}
+    assert panels["System: memory, MiB (train)"].names == ["system/memory_rss_mb", "system/gpu_memory_peak_mb"]
+    assert panels["System: utilisation, % (train)"].names == ["system/cpu_percent", "system/gpu_utilization_percent"]
+    assert panels["System: memory, MiB (validation)"].names == ["system/memory_rss_mb"]
+    assert panels["Time per step (s)"].names == ["timing/scoring"]
+    assert panels["Throughput (tokens/s)"].names == ["generation/tokens_per_second"]
+    assert panels["Evaluation time (s)"].names == ["timing/generation"]
+    assert not any(title.endswith("(held_out)") for title in panels)
+
+
+def test_config_rows_flag_differences_and_missing_keys():
+    rows = {r["key"]: r for r in config_rows([{"lr": 1, "seed": 2}, {"lr": 2, "seed": 2, "beta": 0.1}])}
+    assert rows["lr"]["differs"] and not rows["seed"]["differs"]
+    assert rows["beta"]["values"] == ["—", "0.1"] and rows["beta"]["differs"]
+
+
+def test_best_follows_each_metrics_direction(project_team):
+    """The best loss is the lowest, the best success the highest; the learning rate has none."""
+    from webapp.runs.selectors.metric_direction import metric_direction
+    from webapp.runs.selectors.runs import metric_best
+
+    project, owner = project_team["project"], project_team["owner"]
+    model = ModelSpec.objects.create(project=project, name="tiny2", hf_id="x/tiny")
+    run, job = run_create(name="directions", checked=run_config_check({}, project=project, kind="grpo", model=model),
+                          actor=owner)
+    claimed = js.job_claim(job_id=job.pk, worker="w")
+    EventIngestor(run, attempt=claimed.attempt).ingest([
+        {"type": "metric", "step": s, "split": "train",
+         "metrics": {"loss": [0.9, 0.2, 0.5][s - 1], "reward": [0.1, 0.6, 0.3][s - 1], "lr": 1e-4,
+                     "timing/step": [3.0, 1.0, 2.0][s - 1]}} for s in (1, 2, 3)])
+    best = metric_best(run)
+    assert best[("train", "loss")] == pytest.approx(0.2) and best[("train", "timing/step")] == 1.0
+    assert best[("train", "reward")] == pytest.approx(0.6)
+    assert best[("train", "lr")] is None
+    assert [metric_direction(n) for n in ("kl", "latency_p95", "unsafe_action_rate", "grad_norm",
+                                          "success_rate", "pass@4", "entropy")] == [
+        "min", "min", "min", "min", "max", "max", None]
+
+
+def test_compare_says_which_way_is_better(client, project_team, runs):
+    client.force_login(project_team["viewer"])
+    ids = ",".join(str(r.pk) for r in runs)
+    body = client.get(f"/p/{project_team['project'].slug}/runs/compare/?ids={ids}").content.decode()
+    assert "↑ higher is better" in body  # reward
+    assert body.count("lower is better") == 0  # nothing loss-like recorded in these runs

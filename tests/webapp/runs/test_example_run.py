@@ -1,0 +1,91 @@
+"""The demo's example run: the recorded CPU-recipe archive, imported by crucible_setup, once."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from webapp.runs.models import Checkpoint, MetricPoint, Run
+from webapp.runs.services.example_run import (
+    EXAMPLE_ARCHIVE,
+    EXAMPLE_QUEUE,
+    STAGES,
+    example_manifest,
+)
+from webapp.trajectories.models import ReviewQueue, Trajectory
+
+pytestmark = pytest.mark.django_db
+
+WANTED = {"events.jsonl", "run.json", "COMPLETE", "run_config.json"}
+
+
+def _setup() -> str:
+    out = io.StringIO()
+    call_command("crucible_setup", stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def test_the_archive_is_small_and_holds_only_what_the_import_reads():
+    assert EXAMPLE_ARCHIVE.stat().st_size < 5 * 1024 * 1024
+    with tarfile.open(EXAMPLE_ARCHIVE, "r:xz") as tar:
+        names = [m.name for m in tar.getmembers() if m.isfile()]
+    assert {n.split("/")[0] for n in names} == set(STAGES)
+    assert {n.rsplit("/", 1)[1] for n in names} <= WANTED, "no weights, no logs"
+    manifest = example_manifest()
+    assert manifest["recorded_with"][:2] == ["python", "scripts/cpu_recipe.py"]
+    assert set(manifest["stages"]) == set(STAGES)
+
+
+def test_setup_imports_every_stage_with_its_data_and_a_review_queue_once(settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    first = _setup()
+    assert f"{len(STAGES)} stages of a recorded CPU-recipe run imported" in first
+    runs = {r.name: r for r in Run.objects.filter(project__slug="demo")}
+    assert set(runs) == set(STAGES.values())
+    grpo, sft = runs[STAGES["grpo"]], runs[STAGES["sft"]]
+    assert (grpo.kind, sft.kind, runs[STAGES["baseline"]].kind) == ("grpo", "sft", "eval")
+    assert all(r.is_imported and "example" in r.import_info for r in runs.values())
+    held_out = runs[STAGES["grpo_held_out"]]
+    assert Trajectory.objects.filter(run=held_out, split="held_out").count() == 60
+    assert MetricPoint.objects.filter(run=held_out, name="success_rate").exists()
+    assert MetricPoint.objects.filter(run=grpo, split="train", name="reward").count() == 4
+    assert Checkpoint.objects.filter(run__in=[sft, grpo]).count() >= 2
+    queue = ReviewQueue.objects.get(project__slug="demo", name=EXAMPLE_QUEUE)
+    assert queue.items.exists() and not queue.items.filter(trajectory__passed=True).exists()
+
+    counts = (Run.objects.count(), Trajectory.objects.count(), MetricPoint.objects.count(), ReviewQueue.objects.count())
+    again = _setup()
+    assert "already imported; nothing changed" in again
+    assert counts == (Run.objects.count(), Trajectory.objects.count(), MetricPoint.objects.count(),
+                      ReviewQueue.objects.count())
+
+
+def test_every_page_of_the_demo_says_it_holds_example_data(client, settings, tmp_path, django_user_model,
+                                                          project_team):
+    settings.DATA_DIR = tmp_path
+    _setup()
+    client.force_login(django_user_model.objects.get(username="admin"))
+    grpo = Run.objects.get(name=STAGES["grpo"])
+    for name, args in (("project", ["demo"]), ("run_list", ["demo"]), ("run_detail", ["demo", grpo.pk]),
+                       ("trajectory_list", ["demo"]), ("failures", ["demo"]), ("review", ["demo"]),
+                       ("checkpoint_list", ["demo"]), ("dataset_list", ["demo"])):
+        body = client.get(reverse(f"dashboard:{name}", args=args)).content.decode()
+        assert 'id="example-note"' in body and "recorded by scripts/cpu_recipe.py" in body, name
+    client.force_login(project_team["owner"])
+    other = client.get(reverse("dashboard:project", args=[project_team["project"].slug])).content.decode()
+    assert 'id="example-note"' not in other
+
+
+def test_the_example_runs_tick_no_step_of_the_overview(settings, tmp_path):
+    from webapp.dashboard.views.overview import start_steps
+    from webapp.projects.models import Project
+
+    settings.DATA_DIR = tmp_path
+    _setup()
+    steps = {s.label: s.done for s in start_steps(Project.objects.get(slug="demo"))}
+    assert steps["Import a dataset of tasks"] and steps["Register the model to train"]
+    assert not steps["Measure a baseline on held-out tasks"] and not steps["GRPO with verifiable rewards"]

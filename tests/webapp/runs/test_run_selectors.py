@@ -1,0 +1,266 @@
+"""Run reads shared by the pages and the API: lists, headline metrics, names and chart series."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+
+from webapp.common.pagination import CursorError
+from webapp.runs.models import Checkpoint, Experiment, Job, JobState, MetricPoint, ModelSpec, Run
+from webapp.runs.selectors.runs import (
+    HEADLINE_METRICS,
+    SeriesError,
+    job_eta_seconds,
+    metric_names,
+    metric_series,
+    run_detail,
+    run_headline_metrics,
+    run_list,
+)
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def add_points(run: Run, name: str, values, *, split: str = "train", first_step: int = 0, seconds: float = 1.0):
+    """Store `values` at consecutive steps, `seconds` apart in recorded time."""
+    MetricPoint.objects.bulk_create(
+        [MetricPoint(run=run, step=first_step + i, split=split, name=name, value=v,
+                     recorded_at=T0 + timedelta(seconds=seconds * (first_step + i))) for i, v in enumerate(values)],
+        batch_size=5000,
+    )
+
+
+@pytest.fixture
+def project(project_team):
+    return project_team["project"]
+
+
+@pytest.fixture
+def run(project):
+    return Run.objects.create(project=project, name="grpo a", kind="grpo")
+
+
+# --- lists ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def varied_runs(project_team):
+    """Runs differing in each filterable field, plus one in another project that no filter may show."""
+    from webapp.datasets.models import TaskDataset
+
+    project, editor, owner = project_team["project"], project_team["editor"], project_team["owner"]
+    wp1 = TaskDataset.objects.create(project=project, name="wp", version=1)
+    wp2 = TaskDataset.objects.create(project=project, name="wp", version=2)
+    other_ds = TaskDataset.objects.create(project=project, name="json", version=1)
+    tiny = ModelSpec.objects.create(project=project, name="tiny", hf_id="x/tiny")
+    experiment = Experiment.objects.create(project=project, name="e", dataset=wp1, model=tiny,
+                                           verifier_version=_verifier_version(project, owner))
+    runs = {
+        "a": Run.objects.create(project=project, name="Alpha GRPO", kind="grpo", status="running", dataset=wp1,
+                                model=tiny, created_by=editor),
+        "b": Run.objects.create(project=project, name="beta sft", kind="sft", status="failed", dataset=wp2,
+                                created_by=owner, experiment=experiment),
+        "c": Run.objects.create(project=project, name="gamma eval", kind="eval", status="succeeded",
+                                dataset=other_ds, created_by=editor),
+    }
+    Run.objects.create(project=project_team["other"], name="Alpha elsewhere", kind="grpo", status="running")
+    return runs
+
+
+def _verifier_version(project, actor):
+    from webapp.verifiers.services.verifiers import verifier_create
+
+    return verifier_create(project=project, name="v", kind="json_tool_call", config={}, actor=actor).latest_version
+
+
+def _names(page) -> list[str]:
+    return [run.name for run in page.items]
+
+
+@pytest.mark.parametrize(("filters", "expected"), [
+    ({}, {"a", "b", "c"}),
+    ({"kind": "grpo"}, {"a"}),
+    ({"status": "failed"}, {"b"}),
+    ({"dataset": "wp"}, {"a", "b"}),  # every version of the dataset
+    ({"model": "tiny"}, {"a"}),
+    ({"creator": "editor"}, {"a", "c"}),
+    ({"text": "ALPHA"}, {"a"}),
+    ({"kind": "grpo", "creator": "owner"}, set()),
+    ({"text": ""}, {"a", "b", "c"}),  # an empty filter field filters nothing
+])
+def test_run_list_filters(project, varied_runs, filters, expected):
+    page = run_list(project, **filters)
+    assert {run.pk for run in page.items} == {varied_runs[key].pk for key in expected}
+
+
+def test_run_list_filters_by_experiment(project, varied_runs):
+    experiment_id = varied_runs["b"].experiment_id
+    assert [r.pk for r in run_list(project, experiment=experiment_id).items] == [varied_runs["b"].pk]
+
+
+@pytest.mark.parametrize(("sort", "key"), [("name", lambda r: r.name), ("-name", lambda r: r.name),
+                                           ("kind", lambda r: r.kind), ("-status", lambda r: r.status),
+                                           ("created", lambda r: r.created_at)])
+def test_run_list_sorts_and_walks_every_page(project, sort, key):
+    for i in range(11):
+        Run.objects.create(project=project, name=f"run {i:02d}", kind=["grpo", "sft", "eval"][i % 3],
+                           status=["queued", "failed"][i % 2])
+    seen, cursor = [], None
+    while True:
+        page = run_list(project, sort=sort, after=cursor, limit=4)
+        seen.extend(page.items)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert len(seen) == 11 == len({r.pk for r in seen})
+    assert [key(r) for r in seen] == sorted((key(r) for r in seen), reverse=sort.startswith("-"))
+
+
+def test_run_list_default_is_newest_first(project):
+    runs = [Run.objects.create(project=project, name=f"r{i}", kind="grpo") for i in range(3)]
+    assert [r.pk for r in run_list(project).items] == [r.pk for r in reversed(runs)]
+
+
+def test_run_list_refuses_unknown_sort_and_foreign_cursor(project, varied_runs):
+    with pytest.raises(ValueError, match="unknown sort"):
+        run_list(project, sort="reward")
+    cursor = run_list(project, sort="name", limit=1).next_cursor
+    with pytest.raises(CursorError):
+        run_list(project, sort="-created", after=cursor)
+
+
+# --- headline metrics ------------------------------------------------------------------
+
+
+def test_headline_metrics_are_the_latest_value_per_run(project, run):
+    other = Run.objects.create(project=project, name="eval", kind="eval")
+    add_points(run, "reward", [0.1, 0.5, 0.3])
+    add_points(run, "success_rate", [0.2, 0.6], split="validation")
+    add_points(run, "success_rate", [0.9], split="train")  # another split: not the validation headline
+    add_points(other, "success_rate", [0.45], split="held_out")
+    headline = run_headline_metrics([run, other])
+    assert headline[run.pk] == {"train/reward": 0.3, "validation/success_rate": 0.6, "held_out/success_rate": None}
+    assert headline[other.pk] == {"train/reward": None, "validation/success_rate": None,
+                                  "held_out/success_rate": 0.45}
+    assert set(headline[run.pk]) == {m.key for m in HEADLINE_METRICS}
+    assert run_headline_metrics([]) == {}
+
+
+def test_headline_metrics_of_a_page_take_one_query(project, django_assert_num_queries):
+    runs = [Run.objects.create(project=project, name=f"r{i}", kind="grpo") for i in range(25)]
+    for i, r in enumerate(runs):
+        add_points(r, "reward", [i / 100] * 30)
+    with django_assert_num_queries(1):
+        headline = run_headline_metrics(runs)
+    assert [headline[r.pk]["train/reward"] for r in runs] == [i / 100 for i in range(25)]
+
+
+# --- one run ---------------------------------------------------------------------------
+
+
+def test_run_detail_has_latest_job_checkpoints_and_eta(project, run):
+    Job.objects.create(project=project, run=run, kind="grpo", state=JobState.FAILED)
+    started = datetime.now(UTC) - timedelta(seconds=100)
+    latest = Job.objects.create(project=project, run=run, kind="grpo", state=JobState.RUNNING, progress=0.25,
+                                started_at=started)
+    Checkpoint.objects.create(run=run, step=20, storage_uri="/c/20")
+    Checkpoint.objects.create(run=run, step=10, storage_uri="/c/10")
+    detail = run_detail(run)
+    assert detail.job.pk == latest.pk
+    assert [c.step for c in detail.checkpoints] == [10, 20]
+    assert detail.eta_seconds == pytest.approx(300, abs=5)  # 100 s for a quarter: 300 s to go
+    assert set(detail.headline) == {m.key for m in HEADLINE_METRICS}
+
+
+def test_eta_only_for_a_running_job_with_progress(project, run):
+    job = Job(project=project, run=run, kind="grpo", state=JobState.QUEUED, progress=0.5, started_at=T0)
+    assert job_eta_seconds(job) is None
+    job.state, job.progress = JobState.RUNNING, 0.0
+    assert job_eta_seconds(job) is None
+    job.progress = 0.5
+    assert job_eta_seconds(job, now=T0 + timedelta(seconds=60)) == 60
+    assert job_eta_seconds(None) is None
+
+
+def test_metric_names_are_distinct_sorted_pairs(run):
+    add_points(run, "reward", [1, 2, 3])
+    add_points(run, "kl", [1, 2])
+    add_points(run, "success_rate", [0.5], split="validation")
+    assert metric_names(run) == [("train", "kl"), ("train", "reward"), ("validation", "success_rate")]
+
+
+# --- series ----------------------------------------------------------------------------
+
+
+def test_series_by_step_returns_each_name_and_the_last_step(run):
+    add_points(run, "reward", [0.1, 0.2, 0.3])
+    add_points(run, "kl", [5.0, 6.0], first_step=1)
+    add_points(run, "reward", [9.9], split="validation")
+    result = metric_series(run, ["reward", "kl", "never_recorded"], "train")
+    assert result.x == "step" and result.split == "train" and result.last_step == 2
+    assert (result.series["reward"].x, result.series["reward"].y) == ([0, 1, 2], [0.1, 0.2, 0.3])
+    assert (result.series["kl"].x, result.series["kl"].y) == ([1, 2], [5.0, 6.0])
+    assert result.series["never_recorded"].x == [] and result.series["never_recorded"].points == 0
+
+
+def test_series_since_returns_only_new_points(run):
+    add_points(run, "reward", [float(i) for i in range(200)])
+    result = metric_series(run, ["reward"], "train", since_step=120)
+    assert result.series["reward"].x == list(range(121, 200))
+    assert result.last_step == 199
+    nothing_new = metric_series(run, ["reward"], "train", since_step=199)
+    assert nothing_new.series["reward"].x == [] and nothing_new.last_step == 199
+
+
+def test_series_of_50000_points_is_downsampled_keeping_a_spike(run):
+    values = [0.5 + (i % 7) / 100 for i in range(50_000)]
+    values[27_182] = 40.0
+    add_points(run, "reward", values)
+    series = metric_series(run, ["reward"], "train").series["reward"]
+    assert len(series.x) <= 2_000 and series.points == 50_000 and series.downsampled
+    assert (27_182, 40.0) in zip(series.x, series.y, strict=True)
+
+
+def test_series_against_wall_time_counts_from_the_runs_first_point(run):
+    add_points(run, "success_rate", [0.5], split="validation", seconds=2.125)  # the run's first point, t=0
+    add_points(run, "reward", [1.0, 2.0, 3.0], first_step=1, seconds=2.125)
+    MetricPoint.objects.create(run=run, step=4, split="train", name="reward", value=4.0, recorded_at=None)
+    result = metric_series(run, ["reward"], "train", x="wall")
+    assert result.series["reward"].x == [2.125, 4.25, 6.375]  # the point without a time is left out
+    assert result.series["reward"].points == 4
+    later = metric_series(run, ["reward"], "train", x="wall", since_step=2)
+    assert later.series["reward"].x == [6.375]  # same origin when appending
+
+
+def test_series_against_tokens_uses_the_running_total_of_trained_tokens(run):
+    add_points(run, "cost/trained_tokens", [100.0, 50.0, 25.0], first_step=1)
+    add_points(run, "reward", [0.1, 0.2, 0.3], first_step=1)
+    add_points(run, "success_rate", [0.0, 0.5], split="validation", first_step=0)  # step 0: before training
+    assert metric_series(run, ["reward"], "train", x="tokens").series["reward"].x == [100.0, 150.0, 175.0]
+    assert metric_series(run, ["success_rate"], "validation", x="tokens").series["success_rate"].x == [0.0, 100.0]
+    assert metric_series(run, ["reward"], "train", x="tokens", since_step=2).series["reward"].x == [175.0]
+
+
+def test_series_against_tokens_without_a_token_metric_says_which_is_missing(run):
+    add_points(run, "success_rate", [0.5], split="held_out")
+    with pytest.raises(SeriesError, match="cost/trained_tokens"):
+        metric_series(run, ["success_rate"], "held_out", x="tokens")
+    with pytest.raises(SeriesError, match="unknown x axis"):
+        metric_series(run, ["success_rate"], "held_out", x="epoch")
+
+
+def test_series_query_reads_the_run_name_split_step_index(run):
+    """The full-history series query is answered from (run, name, split, step), not a table scan."""
+    index = next(i.name for i in MetricPoint._meta.indexes if i.fields == ["run", "name", "split", "step"])
+    for n in range(20):  # a realistic spread: many names per step, so a name is selective
+        add_points(run, f"metric_{n}", [0.1] * 300)
+    rows = MetricPoint.objects.filter(run=run, split="train", name__in=["metric_3", "metric_7"])
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("ANALYZE runs_metricpoint")
+            # One small run is the whole table here; in production a run is a sliver of it.
+            cursor.execute("SET LOCAL enable_seqscan = off")
+    plan = rows.order_by("name", "step").values_list("name", "step", "value").explain()
+    assert index in plan, plan

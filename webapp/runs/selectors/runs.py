@@ -1,0 +1,476 @@
+"""Reads of runs and their metrics, shared by the pages and the REST API.
+
+A page view and the matching endpoint call the same function here and differ only in
+how they answer (UI.md "Where the code goes"). Access is checked by the caller
+(webapp.projects.selectors.access) before a project or run reaches these functions.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from operator import itemgetter
+
+from django.db import connection
+from django.db.models import Count, FloatField, Func, Max, Min, OuterRef, Q, QuerySet, Subquery
+from django.utils import timezone
+
+from webapp.common.pagination import Page, keyset_page
+from webapp.projects.models import Project
+from webapp.runs.models import Checkpoint, Job, JobState, MetricPoint, Run, RunStatus
+from webapp.runs.selectors.metric_direction import metric_direction
+from webapp.runs.selectors.series import DEFAULT_BUCKETS, downsample
+
+
+class SeriesError(ValueError):
+    """A series request this run cannot answer (e.g. x=tokens without a token metric)."""
+
+
+# ---------------------------------------------------------------------------------------
+# Run lists
+# ---------------------------------------------------------------------------------------
+
+# ?sort= value -> keyset ordering (the primary key is appended as tie-breaker).
+RUN_SORTS: dict[str, list[str]] = {
+    "-created": ["-created_at"],
+    "created": ["created_at"],
+    "name": ["name"],
+    "-name": ["-name"],
+    "status": ["status"],
+    "-status": ["-status"],
+    "kind": ["kind"],
+    "-kind": ["-kind"],
+}
+DEFAULT_RUN_SORT = "-created"
+RUN_SORT_LABELS: dict[str, str] = {
+    "-created": "newest first", "created": "oldest first", "name": "name, A to Z", "-name": "name, Z to A",
+    "status": "status, A to Z", "-status": "status, Z to A", "kind": "kind, A to Z", "-kind": "kind, Z to A",
+}
+"""What the sort menu says for each ?sort= value (the URL keeps the short value)."""
+
+
+def run_list(
+    project: Project, *, kind: str | None = None, status: str | None = None, dataset: str | None = None,
+    model: str | None = None, creator: str | None = None, experiment: int | None = None,
+    text: str | None = None, sort: str = DEFAULT_RUN_SORT, after: str | None = None, limit: int = 50,
+) -> Page:
+    """One keyset page of the project's runs, filtered as the runs page's query string says.
+
+    dataset and model are names (every version of a dataset matches), creator a user
+    name, experiment an id, text a case-insensitive part of the run's name. Raises
+    ValueError for an unknown sort and CursorError for a cursor that is not this list's.
+    Headline metrics are not included: call run_headline_metrics(page.items).
+    """
+    if sort not in RUN_SORTS:
+        raise ValueError(f"unknown sort {sort!r}; use one of {', '.join(RUN_SORTS)}")
+    runs = _filtered_runs(Run.objects.filter(project=project), kind=kind, status=status, dataset=dataset,
+                          model=model, creator=creator, experiment=experiment, text=text)
+    runs = runs.select_related("dataset", "model", "verifier_version__verifier", "created_by")
+    return keyset_page(runs, ordering=RUN_SORTS[sort], after=after, limit=limit)
+
+
+def _filtered_runs(runs: QuerySet[Run], **filters: str | int | None) -> QuerySet[Run]:
+    lookups = {
+        "kind": "kind", "status": "status", "dataset": "dataset__name", "model": "model__name",
+        "creator": "created_by__username", "experiment": "experiment_id", "text": "name__icontains",
+    }
+    given = {lookups[key]: value for key, value in filters.items() if value not in (None, "")}
+    return runs.filter(**given)
+
+
+# ---------------------------------------------------------------------------------------
+# Headline metrics
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A metric shown as a column of the runs table and in the run header."""
+
+    key: str
+    split: str
+    name: str
+    label: str
+
+
+HEADLINE_METRICS: tuple[Headline, ...] = (
+    Headline("train/reward", "train", "reward", "Reward"),
+    Headline("validation/success_rate", "validation", "success_rate", "Validation success"),
+    Headline("held_out/success_rate", "held_out", "success_rate", "Held-out success"),
+)
+
+
+def _latest_value(split: str, name: str) -> Subquery:
+    """The run's value at its highest step: one backward seek on (run, name, split, step)."""
+    points = MetricPoint.objects.filter(run=OuterRef("pk"), split=split, name=name).order_by("-step")
+    return Subquery(points.values("value")[:1])
+
+
+def run_headline_metrics(runs: Iterable[Run]) -> dict[int, dict[str, float | None]]:
+    """Latest value of each HEADLINE_METRICS entry per run, keyed by run id then metric key.
+
+    One query for a whole page of runs: a correlated subquery per metric, each an index
+    seek, so the cost does not grow with the length of the series. None where the run
+    has not recorded the metric.
+    """
+    ids = [run.pk for run in runs]
+    if not ids:
+        return {}
+    columns = {f"h{i}": _latest_value(m.split, m.name) for i, m in enumerate(HEADLINE_METRICS)}
+    rows = Run.objects.filter(pk__in=ids).order_by().annotate(**columns).values_list("pk", *columns)
+    return {pk: {m.key: value for m, value in zip(HEADLINE_METRICS, values, strict=True)} for pk, *values in rows}
+
+
+# ---------------------------------------------------------------------------------------
+# One run
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """What the run header shows: the run, its latest job, checkpoints and headline metrics."""
+
+    run: Run
+    job: Job | None
+    checkpoints: list[Checkpoint]
+    headline: dict[str, float | None]
+    eta_seconds: float | None
+
+
+def run_latest_job(run: Run) -> Job | None:
+    """The run's most recent job: the one cancel and retry act on and the header shows."""
+    return Job.objects.filter(run=run).order_by("-created_at", "-id").first()
+
+
+def run_detail(run: Run) -> RunDetail:
+    """The run with its latest job, checkpoints (by step), headline metrics and an ETA."""
+    job = run_latest_job(run)
+    return RunDetail(
+        run=run, job=job, checkpoints=list(run.checkpoints.order_by("step")),
+        headline=run_headline_metrics([run]).get(run.pk, {}), eta_seconds=job_eta_seconds(job),
+    )
+
+
+def job_eta_seconds(job: Job | None, now: datetime | None = None) -> float | None:
+    """Seconds left if the running job keeps its pace so far; None when there is no pace yet."""
+    if job is None or job.state != JobState.RUNNING or job.started_at is None or not 0 < job.progress < 1:
+        return None
+    elapsed = ((now or timezone.now()) - job.started_at).total_seconds()
+    return max(0.0, elapsed * (1 - job.progress) / job.progress)
+
+
+# ---------------------------------------------------------------------------------------
+# Metric series
+# ---------------------------------------------------------------------------------------
+
+X_AXES = ("step", "wall", "tokens")
+# A fetched row (name, step, value[, epoch seconds]) -> its x, or None to leave the point out.
+XMapper = Callable[[tuple], float | None]
+# Tokens seen = running sum of this per-step metric (grpo and sft record it, split train).
+TOKENS_METRIC = ("train", "cost/trained_tokens")
+
+
+def metric_names(run: Run) -> list[tuple[str, str]]:
+    """Distinct (split, name) pairs the run has recorded, sorted, for the chart pickers."""
+    pairs = MetricPoint.objects.filter(run=run).order_by("split", "name").values_list("split", "name")
+    return list(pairs.distinct())
+
+
+@dataclass(frozen=True)
+class Series:
+    """One metric's chart points (x and y in x order) and how many stored points they stand for."""
+
+    x: list[float] = field(default_factory=list)
+    y: list[float] = field(default_factory=list)
+    points: int = 0
+    downsampled: bool = False
+
+
+@dataclass(frozen=True)
+class SeriesSet:
+    """The series of one request; `last_step` is what the client sends back as `since`."""
+
+    x: str
+    split: str
+    series: dict[str, Series]
+    last_step: int | None
+
+
+def metric_series(
+    run: Run, names: Sequence[str], split: str, *, x: str = "step", since_step: int | None = None,
+    buckets: int = DEFAULT_BUCKETS,
+) -> SeriesSet:
+    """Per name, the run's points of `split` as chart data, downsampled to keep extremes.
+
+    x="step" plots against the step, "wall" against seconds since the run's first
+    recorded point, "tokens" against tokens trained so far (SeriesError if the run has
+    not recorded TOKENS_METRIC). since_step keeps only points after that step, for live
+    pages that append; the wall and tokens origins stay those of the whole run, so the
+    appended points line up. A name without points gets an empty series.
+    """
+    if x not in X_AXES:
+        raise SeriesError(f"unknown x axis {x!r}; use one of {', '.join(X_AXES)}")
+    to_x = _x_mapper(run, x)
+    rows = MetricPoint.objects.filter(run=run, split=split, name__in=list(names))
+    if since_step is not None:
+        rows = rows.filter(step__gt=since_step)
+    columns = ["name", "step", "value"]
+    if x == "wall":
+        rows, columns = rows.annotate(seconds=EpochSeconds("recorded_at")), [*columns, "seconds"]
+    # Equality on run, name (IN) and split, a range on step: the (run, name, split, step) index.
+    ordered = rows.order_by("name", "step").values_list(*columns)
+    series = {name: Series() for name in names}
+    last_steps: list[int] = []
+    for name, group in itertools.groupby(ordered, key=itemgetter(0)):
+        rows_of_name = list(group)
+        last_steps.append(rows_of_name[-1][1])
+        series[name] = _chart_points(rows_of_name, to_x, buckets)
+    return SeriesSet(x=x, split=split, series=series, last_step=max(last_steps, default=since_step))
+
+
+def _chart_points(rows: list[tuple], to_x: XMapper, buckets: int) -> Series:
+    """One metric's fetched rows as downsampled chart points (rows without an x are dropped)."""
+    xs, ys = [], []
+    for row in rows:
+        position = to_x(row)
+        if position is not None:
+            xs.append(position)
+            ys.append(row[2])
+    kept_x, kept_y = downsample(xs, ys, buckets)
+    # Milliseconds for wall time (julianday's noise gone); steps and tokens are whole numbers already.
+    kept_x = [round(position, 3) for position in kept_x]
+    return Series(x=kept_x, y=kept_y, points=len(rows), downsampled=len(kept_x) < len(xs))
+
+
+def _x_mapper(run: Run, x: str) -> XMapper:
+    """How rows map to the chosen x axis; the wall and tokens origins are read once here."""
+    if x == "step":
+        return lambda row: row[1]
+    if x == "wall":
+        origin = _wall_origin(run)
+        return lambda row: row[3] - origin if row[3] is not None and origin is not None else None
+    steps, totals = _tokens_seen(run)
+    return lambda row: _tokens_at(steps, totals, row[1])
+
+
+class EpochSeconds(Func):
+    """A datetime column as float seconds since 1970, computed by the database.
+
+    Turning 50,000 timestamps into Python datetimes took longer than the rest of the
+    request; a float per row is nearly free. PostgreSQL: date_part, which returns a
+    double (EXTRACT returns a slow numeric since version 14). SQLite keeps datetimes as
+    UTC text, which julianday() reads to about 0.05 ms; the chart points are rounded to
+    milliseconds.
+    """
+
+    output_field = FloatField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="date_part('epoch', %(expressions)s)", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="(julianday(%(expressions)s) - 2440587.5) * 86400.0",
+                           **extra)
+
+
+def _wall_origin(run: Run) -> float | None:
+    """When the run recorded its first point (epoch seconds): the zero of the wall-time axis."""
+    first = MetricPoint.objects.filter(run=run).aggregate(first=Min("recorded_at"))["first"]
+    return first.timestamp() if first is not None else None
+
+
+def _tokens_seen(run: Run) -> tuple[list[int], list[float]]:
+    """Steps of the token metric and the running total of tokens through each of them."""
+    split, name = TOKENS_METRIC
+    rows = list(MetricPoint.objects.filter(run=run, split=split, name=name).order_by("step")
+                .values_list("step", "value"))
+    if not rows:
+        raise SeriesError(
+            f"x=tokens needs the metric {name!r} (split {split}), which this run has not recorded "
+            "(evaluation runs train no tokens); plot against x=step or x=wall instead"
+        )
+    return [step for step, _ in rows], list(itertools.accumulate(value for _, value in rows))
+
+
+def _tokens_at(steps: list[int], totals: list[float], step: int) -> float:
+    """Tokens trained through `step` (0 before the first training step, e.g. validation at 0)."""
+    position = bisect.bisect_right(steps, step)
+    return totals[position - 1] if position else 0.0
+
+
+@dataclass(frozen=True)
+class LatestMetric:
+    split: str
+    name: str
+    step: int
+    value: float
+
+
+def metric_latest(run: Run) -> list[LatestMetric]:
+    """Each (split, name)'s value at its last step: an eval run's results, a training run's last values.
+
+    Two queries whatever the run's size: the last step per (split, name) from the
+    (run, name, split, step) index, then those points.
+    """
+    lasts = list(MetricPoint.objects.filter(run=run).values("split", "name").annotate(last=Max("step")))
+    if not lasts:
+        return []
+    wanted = Q()
+    for row in lasts:
+        wanted |= Q(split=row["split"], name=row["name"], step=row["last"])
+    points = MetricPoint.objects.filter(run=run).filter(wanted).order_by("split", "name")
+    return [LatestMetric(p.split, p.name, p.step, p.value) for p in points]
+
+
+_SPARKLINES_SQL = """
+    SELECT r.id, m.step, m.value
+    FROM unnest(%s::bigint[]) AS r(id)
+    CROSS JOIN LATERAL (
+        SELECT step, value FROM runs_metricpoint
+        WHERE run_id = r.id AND name = %s AND split = %s ORDER BY step DESC LIMIT %s
+    ) AS m
+"""
+
+
+def run_sparklines(runs: Iterable[Run], *, split: str = "train", name: str = "reward",
+                   points: int = 30) -> dict[int, list[float]]:
+    """The last `points` values of one metric for each run of a table page, oldest first.
+
+    Each run's newest `points` entries are read backwards from the (run, name, split, step)
+    index, so a run with 50,000 points costs what a run with 30 does. PostgreSQL does it in
+    one LATERAL query; elsewhere (the embedded SQLite) one small query per run.
+    """
+    ids = [run.pk for run in runs]
+    rows: list[tuple[int, int, float]] = []
+    if ids and connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_SPARKLINES_SQL, [ids, name, split, points])
+            rows = cursor.fetchall()
+    else:
+        for run_id in ids:
+            newest = (MetricPoint.objects.filter(run_id=run_id, name=name, split=split).order_by("-step")
+                      .values_list("step", "value")[:points])
+            rows += [(run_id, step, value) for step, value in newest]
+    lines: dict[int, list[tuple[int, float]]] = {}
+    for run_id, step, value in rows:
+        lines.setdefault(run_id, []).append((step, value))
+    return {run_id: [value for _, value in sorted(line)] for run_id, line in lines.items()}
+
+
+def metric_best(run: Run) -> dict[tuple[str, str], float | None]:
+    """The best value the run reached for each (split, name), in one aggregate query.
+
+    Best is the minimum of a loss-like metric and the maximum of a success-like one
+    (metric_direction); None for a metric without a better direction (the learning rate).
+    """
+    rows = MetricPoint.objects.filter(run=run).values("split", "name").annotate(high=Max("value"), low=Min("value"))
+    best: dict[tuple[str, str], float | None] = {}
+    for row in rows:
+        direction = metric_direction(row["name"])
+        best[(row["split"], row["name"])] = {"max": row["high"], "min": row["low"]}.get(direction or "")
+    return best
+
+
+def run_latest_jobs(runs: Iterable[Run]) -> dict[int, Job]:
+    """Each run's latest job (its progress is the run's), for a page of runs in one query."""
+    latest: dict[int, Job] = {}
+    for job in Job.objects.filter(run_id__in=[run.pk for run in runs]).order_by("run_id", "-created_at", "-id"):
+        latest.setdefault(job.run_id, job)
+    return latest
+
+
+def recent_tokens_per_second(project: Project, limit: int = 200) -> list[float]:
+    """The last `limit` train tokens_per_second values the project's runs recorded, newest first (the run form's
+    estimate of time and cost)."""
+    return list(MetricPoint.objects.filter(run__project=project, split="train", name="tokens_per_second")
+                .order_by("-id").values_list("value", flat=True)[:limit])
+
+
+def runs_per_verifier_version(project: Project) -> dict[int, int]:
+    """How many of the project's runs used each verifier version (version id -> runs)."""
+    return _runs_per_version(Run.objects.filter(project=project, verifier_version__isnull=False))
+
+
+def runs_per_version_id(version_ids: list[int]) -> dict[int, int]:
+    """runs_per_verifier_version for the given versions only (the API's version lists)."""
+    return _runs_per_version(Run.objects.filter(verifier_version_id__in=version_ids))
+
+
+def _runs_per_version(runs: QuerySet[Run]) -> dict[int, int]:
+    rows = (runs.order_by()
+            .values("verifier_version_id").annotate(n=Count("id")))
+    return {r["verifier_version_id"]: r["n"] for r in rows}
+
+
+def runs_of_verifier_version(version_id: int, limit: int = 200) -> list[Run]:
+    """The runs that used one verifier version, newest first (the version page's list)."""
+    return list(Run.objects.filter(verifier_version_id=version_id).select_related("created_by").order_by("-id")[:limit])
+
+
+# ---------------------------------------------------------------------------------------
+# Lookups for the pages' and endpoints' access checks and run pickers
+# ---------------------------------------------------------------------------------------
+
+
+def runs_with_links() -> QuerySet[Run]:
+    """Every run with its dataset, model, verifier version and creator (the API's run answer names them), for
+    webapp.projects.selectors.access.get_object_or_404_for_user to narrow to the caller's projects."""
+    return Run.objects.select_related("dataset", "model", "verifier_version__verifier", "created_by")
+
+
+def run_with_links(run_id: int) -> Run:
+    """The run with this id, with what runs_with_links loads beside it (Run.DoesNotExist when there is none)."""
+    return runs_with_links().get(pk=run_id)
+
+
+def all_runs() -> QuerySet[Run]:
+    """Every run, for webapp.projects.selectors.access.get_object_or_404_for_user to narrow to the caller's projects."""
+    return Run.objects.all()
+
+
+def runs_for_run_page() -> QuerySet[Run]:
+    """Every run with what the run page shows beside it (project, dataset, model, verifier, creator, experiment,
+    the checkpoint it started from), for get_object_or_404_for_user to narrow to the caller's projects."""
+    return Run.objects.select_related("project", "dataset", "model", "verifier_version__verifier", "created_by",
+                                      "experiment", "parent_checkpoint__run")
+
+
+def run_exists(project: Project, run_id) -> bool:
+    """Whether the project still has a run with this id (an import's report links to it; it may be deleted since)."""
+    return project.runs.filter(pk=run_id).exists()
+
+
+def runs_by_id_in(project: Project, ids: list[int]) -> dict[int, Run]:
+    """The project's runs among these ids, by id (another project's are left out: the caller compares counts)."""
+    return {run.pk: run for run in Run.objects.filter(project=project, pk__in=ids)}
+
+
+def recent_runs(project: Project, limit: int = 200) -> QuerySet[Run]:
+    """The project's latest `limit` runs, newest first (a form's run menu)."""
+    return Run.objects.filter(project=project).order_by("-created_at", "-id")[:limit]
+
+
+def run_choice_rows(project: Project, limit: int = 200) -> list[tuple[int, str, str]]:
+    """(id, name, kind) of the project's latest `limit` runs, newest first: a run menu without whole rows."""
+    return list(Run.objects.filter(project=project).order_by("-created_at", "-id")
+                .values_list("pk", "name", "kind")[:limit])
+
+
+def run_choices(project: Project, limit: int = 200) -> list[Run]:
+    """The project's last `limit` runs by id, highest first, with only id, name, kind and status loaded (a run
+    filter's menu)."""
+    return list(Run.objects.filter(project=project).order_by("-id").only("id", "name", "kind", "status")[:limit])
+
+
+def run_choice(project: Project, run_id: int) -> Run | None:
+    """One of the project's runs with only id, name and kind loaded: the menu's chosen run when it is older than the
+    runs run_choices lists."""
+    return Run.objects.filter(project=project, pk=run_id).only("id", "name", "kind").first()
+
+
+def running_run_count(project: Project) -> int:
+    """How many of the project's runs are running now (the overview's number)."""
+    return project.runs.filter(status=RunStatus.RUNNING).count()
