@@ -149,7 +149,29 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def main() -> None:
+def training_stages(args: argparse.Namespace) -> tuple[dict, dict]:
+    """The SFT and GRPO stages' own settings (the experiments' Learning preset is these at the defaults)."""
+    sft = {
+        "kind": "sft", "max_steps": args.sft_steps, "num_epochs": 10,
+        "micro_batch_size": args.sft_micro_batch,
+        "gradient_accumulation_steps": SFT_SEQUENCES_PER_STEP // args.sft_micro_batch,
+        "learning_rate": args.sft_lr,
+        "lr_scheduler": "cosine", "warmup_steps": min(5, args.sft_steps),
+        "eval_interval": 0, "checkpoint_interval": 0,
+    }
+    grpo = {
+        "kind": "grpo", "algorithm": "dapo",
+        "max_steps": args.grpo_steps, "num_prompts_per_step": args.grpo_prompts,
+        "num_generations_per_prompt": args.grpo_generations, "micro_batch_size": 8,
+        "learning_rate": args.grpo_lr, "lr_scheduler": "constant",
+        "temperature": 1.0, "max_generation_batches": 3, "eval_interval": 0,
+        "checkpoint_interval": 0,
+    }
+    return sft, grpo
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The recipe's options (docs/training.md lists them)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--model", default="smollm2")
@@ -176,7 +198,11 @@ def main() -> None:
     parser.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
                         help="bf16 autocast: auto = only where the CPU computes bf16 natively "
                              "(AVX512-BF16/AMX: about half the step time; emulated: several times slower)")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     if args.tiny:
         args.train_tasks, args.validation_tasks, args.held_out, args.novel_pairs = 16, 4, 8, min(args.novel_pairs, 4)
         args.sft_steps, args.grpo_steps, args.max_completion_length = 2, 2, 8
@@ -197,23 +223,10 @@ def main() -> None:
     held_out = {**common, "kind": "eval", "eval_split": "held_out"}
 
     baseline, t_base = ([], 0.0) if args.skip_baseline else run_stage("baseline", held_out, args.out)
-    sft, t_sft = run_stage("sft", {
-        **common, "kind": "sft", "max_steps": args.sft_steps, "num_epochs": 10,
-        "micro_batch_size": args.sft_micro_batch,
-        "gradient_accumulation_steps": SFT_SEQUENCES_PER_STEP // args.sft_micro_batch,
-        "learning_rate": args.sft_lr,
-        "lr_scheduler": "cosine", "warmup_steps": min(5, args.sft_steps),
-        "eval_interval": 0, "checkpoint_interval": 0,
-    }, args.out)
+    sft_settings, grpo_settings = training_stages(args)
+    sft, t_sft = run_stage("sft", {**common, **sft_settings}, args.out)
     sft_checkpoint = final_checkpoint(sft)
-    grpo, t_grpo = run_stage("grpo", {
-        **common, "kind": "grpo", "algorithm": "dapo", "init_checkpoint": sft_checkpoint,
-        "max_steps": args.grpo_steps, "num_prompts_per_step": args.grpo_prompts,
-        "num_generations_per_prompt": args.grpo_generations, "micro_batch_size": 8,
-        "learning_rate": args.grpo_lr, "lr_scheduler": "constant",
-        "temperature": 1.0, "max_generation_batches": 3, "eval_interval": 0,
-        "checkpoint_interval": 0,
-    }, args.out)
+    grpo, t_grpo = run_stage("grpo", {**common, **grpo_settings, "init_checkpoint": sft_checkpoint}, args.out)
     sft_eval, t_sft_eval = run_stage("sft_held_out", {**held_out, "init_checkpoint": sft_checkpoint}, args.out)
     grpo_eval, t_grpo_eval = run_stage(
         "grpo_held_out", {**held_out, "init_checkpoint": final_checkpoint(grpo)}, args.out

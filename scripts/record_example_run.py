@@ -1,14 +1,17 @@
-"""Record the demo's example run: a short CPU recipe, packed for `crucible_setup` to import.
+"""Record the demo's example run: the full CPU recipe, packed for `crucible_setup` to import.
 
-    python scripts/record_example_run.py --recipe-dir /tmp/example-recipe --record   # ~40 min on 2 cores
+    python scripts/record_example_run.py --recipe-dir /tmp/example-recipe --record   # ~2 h on 2 cores
     python scripts/record_example_run.py --recipe-dir /tmp/example-recipe            # pack an existing one
 
---record runs `scripts/cpu_recipe.py` with RECIPE_FLAGS (the recipe's own stages, fewer steps
-and tasks than its headline run so it records in well under an hour). Then every stage folder
-is packed into webapp/runs/services/example_run_archive/cpu-recipe-example.tar.xz with only what the import
-reads (events.jsonl, run.json, each checkpoint's COMPLETE marker and run_config.json: no
-weights), and manifest.json records the flags, the date and each stage's final metrics.
-`crucible_setup` imports it into the demo project (webapp/runs/services/example_run.py).
+--record runs `scripts/cpu_recipe.py` with RECIPE_FLAGS: the recipe at its documented settings
+(docs/training.md, "The CPU recipe"), so the example shows the run that learns. Then every stage
+folder is packed into webapp/runs/services/example_run_archive/cpu-recipe-example.tar.xz with only
+what the import reads (events.jsonl, run.json, each checkpoint's COMPLETE marker and
+run_config.json: no weights) and the recipe's tasks.jsonl (the example's dataset, so every
+trajectory has its task), and manifest.json records the flags, the date, the task counts and
+each stage's final metrics. `crucible_setup` imports it into the demo project
+(webapp/runs/services/example_run.py). The novel-pair evaluations are not packed: they use
+a second task file and are reported in docs/training.md only.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from training.events import EVENTS_FILE  # noqa: E402
 OUT_DIR = REPO / "webapp" / "runs" / "services" / "example_run_archive"
 ARCHIVE = OUT_DIR / "cpu-recipe-example.tar.xz"
 STAGES = ("baseline", "sft", "grpo", "sft_held_out", "grpo_held_out", "sft_validation", "grpo_validation")
-RECIPE_FLAGS = ["--train-tasks", "400", "--validation-tasks", "20", "--held-out", "60", "--novel-pairs", "0",
-                "--sft-steps", "24", "--grpo-steps", "4"]
+RECIPE_FLAGS: list[str] = []  # the documented settings: 1,000 train tasks, 60 SFT steps, 20 GRPO steps
+TASKS_FILE = "tasks.jsonl"
 CONFIG_FILES = ("run.json", "run_config.json", "config.json")
 CHECKPOINT_FILES = (COMPLETE_MARKER, "run_config.json")
 
@@ -57,11 +60,23 @@ def final_metrics(events_path: Path) -> dict:
     return last
 
 
-def pack(recipe_dir: Path, out_dir: Path = OUT_DIR) -> dict:
-    """Write out_dir/cpu-recipe-example.tar.xz and out_dir/manifest.json from the recipe's folders."""
+def split_counts(tasks: Path) -> dict[str, int]:
+    """How many of the recipe's tasks are in each split."""
+    counts: dict[str, int] = {}
+    for line in tasks.read_text().splitlines():
+        if line.strip():
+            split = json.loads(line).get("split", "train")
+            counts[split] = counts.get(split, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def pack(recipe_dir: Path, out_dir: Path = OUT_DIR, flags: list[str] | None = None) -> dict:
+    """Write out_dir/cpu-recipe-example.tar.xz and out_dir/manifest.json from the recipe's folders
+    (`flags`: what the recipe was run with, RECIPE_FLAGS unless said)."""
     archive = out_dir / ARCHIVE.name
     out_dir.mkdir(parents=True, exist_ok=True)
-    manifest: dict = {"recorded_with": ["python", "scripts/cpu_recipe.py", "--out", "RUN", *RECIPE_FLAGS],
+    flags = RECIPE_FLAGS if flags is None else flags
+    manifest: dict = {"recorded_with": ["python", "scripts/cpu_recipe.py", "--out", "RUN", *flags],
                       "packed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "stages": {}}
     with tarfile.open(archive, "w:xz", preset=9) as tar:
         for stage in STAGES:
@@ -75,6 +90,15 @@ def pack(recipe_dir: Path, out_dir: Path = OUT_DIR) -> dict:
                 with path.open("rb") as f:
                     tar.addfile(info, f)
             manifest["stages"][stage] = final_metrics(folder / EVENTS_FILE)
+        tasks = recipe_dir / TASKS_FILE
+        if not tasks.is_file():
+            raise SystemExit(f"{tasks} is missing: the recipe writes it first; record the recipe again (--record)")
+        info = tar.gettarinfo(str(tasks), arcname=TASKS_FILE)
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        with tasks.open("rb") as f:
+            tar.addfile(info, f)
+        manifest["tasks"] = split_counts(tasks)
     manifest["archive_bytes"] = archive.stat().st_size
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
@@ -84,11 +108,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe-dir", type=Path, required=True, help="the recipe's --out folder")
     parser.add_argument("--record", action="store_true", help="run the recipe first (keeps finished stages)")
+    parser.add_argument("--recorded-with", default=None,
+                        help="the recipe's flags, when the folder was recorded with others than RECIPE_FLAGS "
+                             "(one string, e.g. \"--train-tasks 400 --sft-steps 24\"); written to the manifest")
     args = parser.parse_args()
     if args.record:
         subprocess.run([sys.executable, str(REPO / "scripts" / "cpu_recipe.py"), "--out", str(args.recipe_dir),
                         *RECIPE_FLAGS], check=True)
-    manifest = pack(args.recipe_dir)
+    manifest = pack(args.recipe_dir, flags=None if args.recorded_with is None else args.recorded_with.split())
     buffer = io.StringIO()
     for stage, splits in manifest["stages"].items():
         for split, metrics in splits.items():

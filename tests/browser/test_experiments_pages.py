@@ -70,7 +70,7 @@ def test_create_an_experiment_after_fixing_a_validation_error(page, live_server,
     # The regression list never offers the main dataset; it follows the dataset select.
     assert page.locator("select[data-regression] option[value=wp]").is_hidden()
     # Quick: the untouched stage textareas take QUICK_CONFIG's tiny sizes.
-    page.check("#exp-quick")
+    page.check("#exp-preset-quick")
     assert json.loads(page.input_value("#cfg-grpo"))["max_steps"] == 3
     page.fill("#exp-name", "tool calls <quick>")
     page.fill("#cfg-grpo", '{"kind": "grpo", "algorithm": "dapo", "max_steps": 3, "learning_rate": -1}')
@@ -85,7 +85,7 @@ def test_create_an_experiment_after_fixing_a_validation_error(page, live_server,
     assert page.input_value("#exp-name") == "tool calls <quick>"  # what was typed is kept
     assert page.input_value("#num-success_margin") == "0.02"
     assert "learning_rate\": -1" in page.input_value("#cfg-grpo")
-    assert page.is_checked("#exp-quick")
+    assert page.is_checked("#exp-preset-quick")
     assert not Experiment.objects.exists() and not Run.objects.exists()
     _shoot(page, project_team["editor"], "exp-form-errors")
 
@@ -97,7 +97,7 @@ def test_create_an_experiment_after_fixing_a_validation_error(page, live_server,
     assert "tool calls <quick>" in page.locator("h1").inner_text()
     assert "baseline evaluation is queued as run" in page.locator(".messages").inner_text()
     baseline = page.locator('li[data-stage="baseline"]')
-    assert "waiting" in baseline.locator(".state").inner_text()
+    assert "queued" in baseline.locator(".state").inner_text()
     run = Run.objects.get(pk=experiment.stages["baseline"]["run"])
     link = baseline.locator(f'a[href="/p/{slug}/runs/{run.pk}/"]')
     assert link.inner_text() == f"run {run.pk}"
@@ -113,14 +113,14 @@ def test_the_experiment_page_follows_the_pipeline_live(page, live_server, projec
     exp = _create(world, regression_datasets=["wp-regress"])
     login(page, live_server, "owner")
     page.goto(f"{live_server.url}/p/{slug}/experiments/{exp.pk}/")
-    assert "waiting" in page.locator('li[data-stage="baseline"] .state').inner_text()
+    assert "queued" in page.locator('li[data-stage="baseline"] .state').inner_text()
     assert "not started" in page.locator('li[data-stage="grpo"] .state').inner_text()
 
     exp = _finish_stage(exp, "baseline", metrics={**BASELINE, "valid_json_rate": 0.9})
     page.wait_for_function(
         "() => document.querySelector('li[data-stage=\"sft\"] .state').textContent === 'skipped'", timeout=15_000)
     assert "0.90 >= threshold 0.50" in page.locator('li[data-stage="sft"]').inner_text()
-    assert "waiting" in page.locator('li[data-stage="grpo"] .state').inner_text()
+    assert "queued" in page.locator('li[data-stage="grpo"] .state').inner_text()
 
     exp = _finish_stage(exp, "grpo", checkpoints=[(5, {"validation/success_rate": 0.7})])
     exp = _finish_stage(exp, "held_out", metrics={"success_rate": 0.6, "unsafe_action_rate": 0.0,

@@ -186,7 +186,8 @@ def test_a_new_user_carries_the_workflow_to_a_promoted_checkpoint_and_back(
     page.wait_for_load_state()
     choose(page, "#pg-dataset", "workplace-nemo v2")
     page.fill("#pg-q", "carlos")
-    page.click("#find-tasks")
+    with page.expect_navigation():  # a full page: the task list htmx filled on the dataset pick is replaced
+        page.click("#find-tasks")
     page.wait_for_selector("#pg-task option:not([value=''])", state="attached")
     first_task = page.locator("#pg-task option:not([value=''])").first.get_attribute("value")
     page.select_option("#pg-task", first_task)
@@ -227,10 +228,10 @@ def test_a_new_user_carries_the_workflow_to_a_promoted_checkpoint_and_back(
     page.wait_for_url(re.compile(rf"/p/{slug}/experiments/\d+/$"))
     experiment_url = page.url
     experiment = Experiment.objects.get(name="first experiment")
-    assert _wait_stage(page, "sft", ("waiting", "running", "succeeded"), worker)  # baseline's format rate is low
+    assert _wait_stage(page, "sft", ("queued", "running", "succeeded"), worker)  # baseline's format rate is low
 
     # 7. As soon as the GRPO stage has a run, open it and watch its reward chart gain points.
-    _wait_stage(page, "grpo", ("waiting", "running"), worker)
+    _wait_stage(page, "grpo", ("queued", "running"), worker)
     page.click('li[data-stage="grpo"] a[href*="/runs/"]')
     page.wait_for_url(re.compile(rf"/p/{slug}/runs/\d+/$"))
     grpo = Run.objects.get(pk=int(page.url.rstrip("/").rsplit("/", 1)[1]))

@@ -80,7 +80,8 @@ def test_write_a_python_verifier_version_and_score_a_pasted_output(page, live_se
     assert page.locator("#pg-version option:checked").inner_text().startswith("mentions the tool")
     page.select_option("#pg-dataset", str(dataset.pk))
     page.fill("#pg-q", "task-0")
-    page.click("#find-tasks")
+    with page.expect_navigation():  # a full page: the task list htmx filled on the dataset pick is replaced
+        page.click("#find-tasks")
     page.wait_for_selector(f"#pg-task option[value='{task.pk}']", state="attached")
     page.select_option("#pg-task", str(task.pk))
     page.fill("#pg-output", json.dumps(task.ground_truth[0]))

@@ -57,16 +57,17 @@ def test_tiny_recipe_runs_every_stage_and_a_rerun_keeps_them(tmp_path):
     # Packed as the demo's example run is: only what the import reads, no weights.
     sys.path.insert(0, str(REPO_ROOT / "scripts"))
     from record_example_run import STAGES as PACKED
-    from record_example_run import pack
+    from record_example_run import TASKS_FILE, pack
 
     manifest = pack(tmp_path, tmp_path / "packed")
     with tarfile.open(tmp_path / "packed" / "cpu-recipe-example.tar.xz", "r:xz") as tar:
         names = [m.name for m in tar.getmembers()]
-    assert {n.split("/")[0] for n in names} == set(PACKED)
-    kept = {n.rsplit("/", 1)[1] for n in names}
+    assert {n.split("/")[0] for n in names} == {*PACKED, TASKS_FILE}
+    kept = {n.rsplit("/", 1)[1] for n in names if "/" in n}
     assert {"events.jsonl", "run.json", "COMPLETE"} <= kept <= {"events.jsonl", "run.json", "COMPLETE", "run_config.json"}
     assert any(n.startswith("grpo/checkpoints/step_") for n in names)
     assert "success_rate" in manifest["stages"]["grpo_held_out"]["held_out"]
+    assert sum(manifest["tasks"].values()) == len((tmp_path / TASKS_FILE).read_text().splitlines())
     assert json.loads((tmp_path / "packed" / "manifest.json").read_text()) == manifest
 
 

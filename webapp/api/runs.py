@@ -1,6 +1,7 @@
 """API for runs and their metric series (the run pages read the same selectors).
 
-Viewers read; editors create, cancel and retry; non-members get 404 on everything,
+Viewers read; editors create, cancel and retry, and set a run's tags and note (PATCH);
+non-members get 404 on everything,
 the series included. Field errors answer 422 as {"detail": message, "errors":
 {field: message}}, the field named as the request names it (`config.learning_rate`,
 `dataset`, `names`), so a form can show each error beside its field.
@@ -9,6 +10,7 @@ the series included. Field errors answer 422 as {"detail": message, "errors":
 from __future__ import annotations
 
 import copy
+import re
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -18,7 +20,17 @@ from ninja.responses import Status
 from training.config import RUN_CONFIG_SCHEMA
 from webapp.api.errors import FieldErrorsOut, field_error, field_errors
 from webapp.api.schemas import ErrorOut, JobOut
-from webapp.common.bounds import Choice, Count, Documented, JsonObject, RowId, Step, Text
+from webapp.common.bounds import (
+    BIGINT_MAX,
+    Choice,
+    Count,
+    Documented,
+    JsonObject,
+    LongText,
+    RowId,
+    Step,
+    Text,
+)
 from webapp.common.pagination import MAX_PAGE, CursorError
 from webapp.datasets.selectors.datasets import (
     dataset_named_version,
@@ -27,7 +39,15 @@ from webapp.datasets.selectors.datasets import (
 )
 from webapp.projects.models import Project, Role
 from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
-from webapp.runs.models import Run, RunKind, RunStatus
+from webapp.runs.models import (
+    MAX_RUN_TAGS,
+    RUN_NOTE_LENGTH,
+    RUN_TAG_LENGTH,
+    RUN_TAG_PATTERN,
+    Run,
+    RunKind,
+    RunStatus,
+)
 from webapp.runs.selectors.checkpoints import project_checkpoint
 from webapp.runs.selectors.models import model_named, project_models
 from webapp.runs.selectors.runs import (
@@ -42,8 +62,10 @@ from webapp.runs.selectors.runs import (
     run_headline_metrics,
     run_list,
     run_with_links,
+    runs_by_id_in,
     runs_with_links,
 )
+from webapp.runs.selectors.seed_groups import seed_group_series
 from webapp.runs.selectors.series import DEFAULT_BUCKETS
 from webapp.runs.services.run_config import (
     PATH_KEYS,
@@ -52,7 +74,13 @@ from webapp.runs.services.run_config import (
     run_config_check,
     run_create,
 )
-from webapp.runs.services.runs import RunActionError, run_cancel, run_retry
+from webapp.runs.services.runs import (
+    RunActionError,
+    RunAnnotationError,
+    run_annotate,
+    run_cancel,
+    run_retry,
+)
 from webapp.verifiers.selectors.verifiers import (
     verifier_named,
     verifier_names,
@@ -136,6 +164,8 @@ class RunOut(Schema):
     started_at: datetime | None
     finished_at: datetime | None
     headline: dict[str, float | None] = Field(description="Latest value per headline metric key (split/name).")
+    tags: list[str] = Field(description="The run's tags, in lower case (set them with PATCH /runs/{id}).")
+    note: str = Field(description="Free text about the run (set it with PATCH /runs/{id}).")
 
 
 class RunPageOut(Schema):
@@ -182,6 +212,23 @@ class SeriesSetOut(Schema):
     last_step: int | None = Field(description="Highest step returned (or the `since` sent): the next `since`.")
 
 
+class GroupSeriesOut(Schema):
+    x: list[int | float] = Field(description="Steps, or the mean x of the group's runs at each step (x=wall, x=tokens).")
+    mean: list[float] = Field(description="Mean over the runs that have a point at that step.")
+    min: list[float]
+    max: list[float]
+    n: list[int] = Field(description="How many of the group's runs have a point at that step.")
+    points: int = Field(description="Stored points of all the runs in the request (before aggregation).")
+    downsampled: bool
+
+
+class GroupSeriesSetOut(Schema):
+    x: str
+    split: str
+    runs: list[int] = Field(description="The runs aggregated, in the order given.")
+    series: dict[str, GroupSeriesOut]
+
+
 class RunFilters(Schema):
     kind: RunKind | None = None
     status: RunStatus | None = None
@@ -189,7 +236,10 @@ class RunFilters(Schema):
     model: Text(200) | None = Field(None, description="Model name.")
     creator: Text(150) | None = Field(None, description="User name of whoever created the run.")
     experiment: RowId | None = None
-    text: Text(200) | None = Field(None, description="Part of the run's name, any case.")
+    text: Text(200) | None = Field(None, description="Part of the run's name, note or one of its tags, any case.")
+    tag: list[Text(200)] | None = Field(None, max_length=MAX_RUN_TAGS,
+                                        description="Only runs having every one of these tags: repeat the parameter "
+                                                    "(tag=a&tag=b) or give a comma list (tag=a,b); any case.")
     sort: Choice(*RUN_SORTS) = Field(DEFAULT_RUN_SORT, description=f"One of {', '.join(RUN_SORTS)}.")
     after: Text(2000) | None = Field(None, description="The `next` cursor of the previous page.")
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 50
@@ -230,7 +280,8 @@ def _run_out(run: Run, headline: dict[str, float | None]) -> dict[str, Any]:
         "model": run.model.name if run.model else None, "parent_checkpoint_id": run.parent_checkpoint_id,
         "experiment_id": run.experiment_id, "created_by": run.created_by.username if run.created_by else None,
         "created_at": run.created_at, "started_at": run.started_at, "finished_at": run.finished_at,
-        "headline": headline,
+        "headline": headline, "tags": [tag for tag in run.tags if isinstance(tag, str)] if isinstance(run.tags, list)
+        else [], "note": run.note,
     }
 
 
@@ -298,6 +349,58 @@ def get_metric_series(request, run_id: RowId, query: Query[SeriesQuery]):
     except SeriesError as exc:
         return field_error("x", str(exc), 400)
     return result
+
+
+# What the seed-group endpoint's `ids` accepts: 1 to MAX_GROUP_RUNS run ids, comma-separated.
+MAX_GROUP_RUNS = 10
+GROUP_IDS_PATTERN = rf"^ *[0-9]{{1,19}} *(, *[0-9]{{1,19}} *){{0,{MAX_GROUP_RUNS - 1}}}$"
+
+
+class GroupSeriesQuery(Schema):
+    ids: Documented(20 * MAX_GROUP_RUNS, GROUP_IDS_PATTERN, min_length=1) = Field(
+        description=f"Run ids of this project, comma-separated (at most {MAX_GROUP_RUNS}).")
+    names: Documented(MAX_SERIES_NAMES * (METRIC_NAME_LENGTH + 1), SERIES_NAMES_PATTERN, min_length=1) = Field(
+        description=f"Metric names, comma-separated (at most {MAX_SERIES_NAMES}).")
+    split: Text(32, min_length=1) = "train"
+    x: Choice(*X_AXES) = Field("step", description="step, wall (seconds since each run's first point) or tokens.")
+    buckets: Annotated[int, Field(ge=10, le=5000)] = DEFAULT_BUCKETS
+
+
+@router.get("/projects/{slug}/runs/seed-groups/metrics",
+            response={200: GroupSeriesSetOut, 400: FieldErrorsOut, 422: FieldErrorsOut},
+            summary="Several runs' series as one group: mean, min and max per step")
+def get_group_series(request, slug: str, query: Query[GroupSeriesQuery]):
+    """Chart data of a seed group (runs that differ only by seed): per name and step, the mean,
+    minimum and maximum over the runs that have a point at that step, and n, how many do.
+
+    GET /projects/{slug}/runs/seed-groups/metrics?ids=4,7,9&names=reward&split=train&x=step answers
+    {"x": "step", "split": "train", "runs": [4, 7, 9],
+     "series": {"reward": {"x": [...], "mean": [...], "min": [...], "max": [...], "n": [...],
+                           "points": 180, "downsampled": false}}}.
+    The runs are aggregated as given (the compare page groups them with the same key the
+    selector `seed_groups` computes). A step missing in some runs is aggregated over the runs
+    that have it; on x=wall and x=tokens x is the mean of the runs' x at that step. Long series
+    are downsampled as a single run's are, keeping each bucket's extremes of the mean and of
+    the band. A run id that is not this project's is a 422 naming `ids`.
+    """
+    project = get_project_or_404(request.user, slug)
+    if query.x not in X_AXES:
+        return field_error("x", f"Unknown x axis {query.x!r}; use one of {', '.join(X_AXES)}.")
+    if not re.fullmatch(GROUP_IDS_PATTERN, query.ids):
+        return field_error("ids", f"Give 1 to {MAX_GROUP_RUNS} run ids, comma-separated, e.g. ids=4,7,9.")
+    ids = list(dict.fromkeys(int(part) for part in query.ids.split(",")))
+    names = list(dict.fromkeys(part.strip() for part in query.names.split(",") if part.strip()))
+    problem = _names_problem(names)
+    if problem:
+        return field_error("names", problem)
+    found = runs_by_id_in(project, [i for i in ids if i <= BIGINT_MAX])
+    missing = next((i for i in ids if i not in found), None)
+    if missing is not None:
+        return field_error("ids", f"No run {missing} in this project.")
+    try:
+        return seed_group_series([found[i] for i in ids], names, query.split, x=query.x, buckets=query.buckets)
+    except SeriesError as exc:
+        return field_error("x", str(exc), 400)
 
 
 def _names_problem(names: list[str]) -> str | None:
@@ -398,6 +501,33 @@ def create_run(request, slug: str, body: RunIn):
 
 def _invalid(message: str) -> str:
     return f"Invalid run config: {message}" + ("" if message.endswith((".", "?")) else ".")
+
+
+class RunPatchIn(Schema):
+    tags: list[Documented(200, RUN_TAG_PATTERN)] | None = Field(
+        None, max_length=MAX_RUN_TAGS,
+        description=f"Replaces the run's tags: at most {MAX_RUN_TAGS}, each 1 to {RUN_TAG_LENGTH} letters, digits, "
+                    "spaces (inside) or - _ . : /; trimmed, inner spaces as one, kept in lower case, duplicates "
+                    "dropped. [] removes every tag.")
+    note: LongText | None = Field(None, description=f"Replaces the run's note: free text up to {RUN_NOTE_LENGTH:,} "
+                                                   "characters (outer blank space trimmed). \"\" removes it.",
+                                  json_schema_extra={"maxLength": RUN_NOTE_LENGTH})
+
+
+@router.patch("/runs/{run_id}", response={200: RunDetailOut, 422: FieldErrorsOut}, summary="Set a run's tags or note")
+def update_run(request, run_id: RowId, body: RunPatchIn):
+    """Set the run's tags, its note, or both (editor); a field left out or null keeps its value.
+
+    Both are checked before anything is saved: a refused request changes nothing and answers 422
+    with each problem under its field (`tags`, `note`), the same checks and messages as the run
+    page's form. The answer is the run, as GET /runs/{id} gives it.
+    """
+    run = _run_for(request, run_id, Role.EDITOR)
+    try:
+        run_annotate(run=run, actor=request.user, tags=body.tags, note=body.note)
+    except RunAnnotationError as exc:
+        return field_error(*next(iter(exc.errors.items()))) if len(exc.errors) == 1 else field_errors(exc.errors)
+    return _detail_out(run_detail(run_with_links(run.pk)))
 
 
 @router.post("/runs/{run_id}/cancel", response={200: RunDetailOut, 409: ErrorOut})

@@ -31,6 +31,19 @@ def as_text(content: Any) -> str:
     return json.dumps(content, indent=2, ensure_ascii=False)
 
 
+def request_text(messages: Any) -> str:
+    """The last user message's text: what a task asks (its request), as the datasets, the playground and the
+    sanity check's judging screen show it. Text parts of a list content are joined; anything else is ""."""
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and
+                                isinstance(p.get("text"), str))
+            return content if isinstance(content, str) else ""
+    return ""
+
+
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 

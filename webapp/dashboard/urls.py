@@ -58,6 +58,7 @@ urlpatterns = [
     path("p/<slug:slug>/runs/<int:run_id>/live/", runs.run_live, name="run_live"),
     path("p/<slug:slug>/runs/<int:run_id>/cancel/", runs.run_cancel_view, name="run_cancel"),
     path("p/<slug:slug>/runs/<int:run_id>/retry/", runs.run_retry_view, name="run_retry"),
+    path("p/<slug:slug>/runs/<int:run_id>/annotate/", runs.run_annotate_view, name="run_annotate"),
     path("p/<slug:slug>/experiments/", experiments.experiment_list_page, name="experiment_list"),
     path("p/<slug:slug>/experiments/new/", experiments.experiment_new_page, name="experiment_new"),
     path("p/<slug:slug>/experiments/quick/", experiments.experiment_quick, name="experiment_quick"),

@@ -59,6 +59,22 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+# Run tags and notes (webapp.runs.services.runs.run_annotate checks them, the run list filters by them).
+MAX_RUN_TAGS = 20
+RUN_TAG_LENGTH = 40
+RUN_NOTE_LENGTH = 5000
+RUN_TAG_CHARACTERS = r"\w.:/-"  # inside a regex character class: letters, digits, _ . : / -
+RUN_TAG_PATTERN = (rf"^\s*[{RUN_TAG_CHARACTERS}](?:[ {RUN_TAG_CHARACTERS}]{{0,{RUN_TAG_LENGTH - 2}}}"
+                   rf"[{RUN_TAG_CHARACTERS}])?\s*$")
+"""A tag as typed: 1-40 letters, digits, '-', '_', '.', ':', '/', with spaces inside (not at either end,
+which are trimmed)."""
+
+
+def run_tag_key(text: str) -> str:
+    """A tag as stored and compared: trimmed, inner whitespace as one space, lower case ("Base  LR" -> "base lr")."""
+    return " ".join(text.split()).lower()
+
+
 class Run(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
     storage_key = models.UUIDField(
@@ -90,6 +106,11 @@ class Run(models.Model):
         default=dict, blank=True,
         help_text="What the import found: source, config problems, the run's error and last log lines.",
     )
+    tags = models.JSONField(
+        default=list, blank=True,
+        help_text="Short labels (lower case, at most 20), to find and filter runs by; PostgreSQL indexes them (GIN).",
+    )
+    note = models.TextField(blank=True, default="", help_text="Free text about the run (at most 5,000 characters).")
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -7,6 +7,9 @@
 //   data-band="reward_std" optional: a shaded mean ± std band around the first name
 //   data-live="1"          poll for new points while the page says a run is running
 //   data-step-url="..."    a click on a point opens this URL with &step=N (training curves)
+//   data-groups="ID"       optional: the id of a json_script block {project, groups: [{runs, label}]};
+//                          each group's runs are drawn as one mean line with a min-max band
+//                          (aggregated by the server, one request a group), the others as before
 // Series come from the API (/api/runs/<id>/metrics), the same endpoint scripts use;
 // the server downsamples, keeping each bucket's min, max and last point.
 // Smoothing and the x axis are page controls (#chart-smoothing, #chart-x) kept in the URL.
@@ -92,6 +95,38 @@ async function fetchSeries(runId, names, split, x, since) {
   return body;
 }
 
+async function fetchGroupSeries(project, runIds, names, split, x) {
+  const params = new URLSearchParams({ ids: runIds.join(","), names: names.join(","), split, x });
+  const response = await fetch(`/api/projects/${encodeURIComponent(project)}/runs/seed-groups/metrics?${params}`,
+    { credentials: "same-origin", headers: { Accept: "application/json" } });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
+  return body;
+}
+
+/** The seed groups a compare chart draws (data-groups names their json_script block), run ids as strings. */
+export function readGroups(element) {
+  const source = element.dataset.groups ? document.getElementById(element.dataset.groups) : null;
+  if (!source) return { project: "", groups: [] };
+  try {
+    const parsed = JSON.parse(source.textContent);
+    const groups = (parsed.groups || []).filter((g) => Array.isArray(g.runs) && g.runs.length > 1)
+      .map((g) => ({ runs: g.runs.map(String), label: String(g.label || "") }));
+    return { project: String(parsed.project || ""), groups };
+  } catch {
+    return { project: "", groups: [] };
+  }
+}
+
+/** A band's fill: the group's colour, more opaque on a dark background, where a faint fill vanishes. */
+export function bandFill(colour, dark) {
+  return `${colour}${dark ? "4d" : "2e"}`;
+}
+
+function darkTheme() {
+  return getComputedStyle(document.documentElement).colorScheme === "dark";
+}
+
 class Chart {
   constructor(element) {
     this.el = element;
@@ -103,6 +138,11 @@ class Chart {
     this.stepUrl = element.dataset.stepUrl || "";
     this.title = element.dataset.title || this.names.join(", ");
     this.data = {};  // `${run}|${name}` -> {x: [], y: []}
+    const { project, groups } = readGroups(element);
+    this.project = project;
+    this.groups = groups;  // [{runs: ["4", "7"], label}]
+    this.grouped = new Set(groups.flatMap((g) => g.runs));
+    this.groupData = {};  // `${group index}|${name}` -> {x, mean, min, max, n}
     this.lastStep = {};
     this.timer = null;
   }
@@ -115,13 +155,17 @@ class Chart {
     const { x } = controls();
     this.x = x;
     this.data = {};
-    await Promise.all(this.runs.map(async (run) => {
+    this.groupData = {};
+    await Promise.all([...this.runs.filter((run) => !this.grouped.has(run)).map(async (run) => {
       const body = await fetchSeries(run, this.fetchNames(), this.split, x, null);
       this.lastStep[run] = body.last_step;
       for (const [name, series] of Object.entries(body.series)) {
         this.data[`${run}|${name}`] = { x: series.x.slice(), y: series.y.slice() };
       }
-    }));
+    }), ...this.groups.map(async (group, index) => {
+      const body = await fetchGroupSeries(this.project, group.runs, this.names, this.split, x);
+      for (const [name, series] of Object.entries(body.series)) this.groupData[`${index}|${name}`] = series;
+    })]);
     this.draw();
     if (this.live && !this.timer) this.timer = setInterval(() => this.poll(), POLL_MS);
   }
@@ -155,6 +199,7 @@ class Chart {
     const traces = [];
     const many = this.runs.length > 1;
     for (const run of this.runs) {
+      if (this.grouped.has(run)) continue;
       this.names.forEach((name, i) => {
         const series = this.data[`${run}|${name}`];
         if (!series || !series.x.length) return;
@@ -169,6 +214,35 @@ class Chart {
           line: { color: colour, width: 2 }, meta: { run, raw: false } });
       });
     }
+    this.groups.forEach((group, index) => {
+      this.names.forEach((name) => {
+        const series = this.groupData[`${index}|${name}`];
+        if (series && series.x.length) traces.push(...this.groupTraces(group, index, series, settings));
+      });
+    });
+    return traces;
+  }
+
+  // A seed group: the min trace, the max trace filled down to it (tonexty), then the mean line;
+  // one legend entry (the mean's), which shows and hides the band with it.
+  groupTraces(group, index, series, settings) {
+    const colour = colourFor(group.runs[0]);
+    const label = plotlyText(group.label || `runs ${group.runs.join(", ")}`);
+    const legendgroup = `seed-group-${index}`;
+    const edge = { mode: "lines", line: { width: 0, color: colour }, showlegend: false, legendgroup, hoverinfo: "skip" };
+    const traces = [
+      { ...edge, x: series.x, y: series.min, name: `${label} min`, meta: { group: index, band: "min" } },
+      { ...edge, x: series.x, y: series.max, name: `${label} max`, fill: "tonexty",
+        fillcolor: bandFill(colour, darkTheme()), meta: { group: index, band: "max" } },
+    ];
+    if (settings.weight > 0) {
+      traces.push({ x: series.x, y: series.mean, mode: "lines", name: `${label} (raw)`, showlegend: false, legendgroup,
+        line: { color: colour, width: 1 }, opacity: 0.25, hoverinfo: "skip", meta: { group: index, raw: true } });
+    }
+    traces.push({ x: series.x, y: smooth(series.mean, settings), mode: "lines", name: label, legendgroup,
+      line: { color: colour, width: 2 }, customdata: series.n.map((n, i) => [n, series.min[i], series.max[i]]),
+      hovertemplate: "%{y:.4g} (min %{customdata[1]:.4g}, max %{customdata[2]:.4g}, n=%{customdata[0]})",
+      meta: { group: index, raw: false } });
     return traces;
   }
 
@@ -231,7 +305,9 @@ class Chart {
       this.clickWired = true;
       this.el.on("plotly_click", (event) => this.openStep(event));
     }
-    this.el.dataset.points = String(traces.filter((t) => t.meta && !t.meta.raw).reduce((n, t) => n + t.x.length, 0));
+    this.el.dataset.points = String(traces.filter((t) => t.meta && !t.meta.raw && !t.meta.band)
+      .reduce((n, t) => n + t.x.length, 0));
+    this.el.dataset.bands = String(traces.filter((t) => t.meta && t.meta.band === "max").length);
     this.el.dispatchEvent(new CustomEvent("crucible:chart-drawn", { bubbles: true }));
   }
 

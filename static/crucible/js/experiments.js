@@ -1,5 +1,5 @@
-// Experiments pages: the list's "n" key, and on the new-experiment form the quick preset
-// (fills the stage textareas from QUICK_CONFIG) and the regression list without the main dataset.
+// Experiments pages: the list's "n" key, and on the new-experiment form the stage-size presets
+// (fill the stage textareas from QUICK_CONFIG or LEARNING_CONFIG) and the regression list without the main dataset.
 // Page data comes from a json_script block; nothing is built with innerHTML.
 
 function wireNewKey() {
@@ -21,31 +21,33 @@ function normalised(text) {
   }
 }
 
-function wireQuick(presets) {
-  const box = document.getElementById("exp-quick");
-  const wrap = document.querySelector("[data-quick-wrap]");
-  if (!box || !wrap) return;
-  wrap.hidden = false;
-  box.addEventListener("change", () => {
-    const to = presets[box.checked ? "quick" : "default"];
-    const from = presets[box.checked ? "default" : "quick"];
-    const areas = [...document.querySelectorAll("textarea[data-stage]")];
-    // Textareas still holding the other preset change silently; edited ones only after asking.
-    const edited = areas.filter((a) => {
-      const key = a.dataset.stage;
-      return normalised(a.value) !== normalised(from[key]) && normalised(a.value) !== normalised(to[key]);
+function wirePresets(presets) {
+  const radios = [...document.querySelectorAll("input[data-preset]")];
+  let current = (radios.find((r) => r.checked) || { value: "default" }).value;
+  for (const radio of radios) {
+    radio.addEventListener("change", () => {
+      if (!radio.checked || !(radio.value in presets)) return;
+      const to = presets[radio.value];
+      const from = presets[current];
+      const areas = [...document.querySelectorAll("textarea[data-stage]")];
+      // Textareas still holding the previous preset change silently; edited ones only after asking.
+      const edited = areas.filter((a) => {
+        const key = a.dataset.stage;
+        return normalised(a.value) !== normalised(from[key]) && normalised(a.value) !== normalised(to[key]);
+      });
+      if (edited.length && !window.confirm(
+        `Replace what you typed in ${edited.map((a) => a.dataset.stage).join(", ")} with the ${radio.value} settings?`)) {
+        radios.find((r) => r.value === current).checked = true;
+        return;
+      }
+      for (const area of areas) {
+        if (!(area.dataset.stage in to)) continue;
+        area.value = to[area.dataset.stage];
+        area.rows = Math.min(18, Math.max(3, area.value.split("\n").length + 1));
+      }
+      current = radio.value;
     });
-    if (edited.length && !window.confirm(
-      `Replace what you typed in ${edited.map((a) => a.dataset.stage).join(", ")} with the ${box.checked ? "quick" : "default"} settings?`)) {
-      box.checked = !box.checked;
-      return;
-    }
-    for (const area of areas) {
-      if (!(area.dataset.stage in to)) continue;
-      area.value = to[area.dataset.stage];
-      area.rows = Math.min(18, Math.max(3, area.value.split("\n").length + 1));
-    }
-  });
+  }
 }
 
 function wireRegression() {
@@ -69,7 +71,7 @@ function wireRegression() {
 function wire() {
   wireNewKey();
   const data = document.getElementById("experiment-presets");
-  if (data) wireQuick(JSON.parse(data.textContent));
+  if (data) wirePresets(JSON.parse(data.textContent));
   wireRegression();
 }
 

@@ -22,3 +22,15 @@ if (onlyDifferences) {
     window.history.replaceState(null, "", url.toString());
   });
 }
+
+// The compare page: "group by seed" draws runs that differ only by seed as one mean line with
+// a min-max band (kept in ?group=seed; the server groups them, so the page reloads).
+const groupBySeed = document.getElementById("group-by-seed");
+if (groupBySeed) {
+  groupBySeed.addEventListener("change", () => {
+    const url = new URL(window.location.href);
+    if (groupBySeed.checked) url.searchParams.set("group", "seed");
+    else url.searchParams.delete("group");
+    window.location.assign(url.toString());
+  });
+}

@@ -134,7 +134,7 @@ def test_quick_preset_fills_the_stages_from_quick_config(client, project_team, s
     assert json.loads(html.unescape(grpo)) == {**DEFAULT_CONFIG["grpo"], **QUICK_CONFIG["grpo"]}
     common = re.search(r'<textarea id="cfg-common"[^>]*>(.*?)</textarea>', body, re.S).group(1)
     assert json.loads(html.unescape(common)) == QUICK_CONFIG["common"]
-    assert 'id="exp-quick" checked' in body
+    assert 'id="exp-preset-quick" data-preset checked' in body
     presets = json.loads(html.unescape(re.search(r'id="experiment-presets" type="application/json">(.*?)</script>',
                                                  body, re.S).group(1)))
     assert json.loads(presets["quick"]["sft"])["max_steps"] == QUICK_CONFIG["sft"]["max_steps"]
@@ -277,7 +277,7 @@ def test_success_creates_the_experiment_its_first_run_and_job(client, project_te
     assert "started: the baseline evaluation is queued as run" in body
     assert "tiny &lt;run&gt;" in body and "<run>" not in body.replace("&lt;run&gt;", "")
     baseline = re.search(r'<li class="exp-stage[^"]*" data-stage="baseline">.*?</li>', body, re.S).group(0)
-    assert ">waiting<" in baseline and f'href="/p/{setup["project"].slug}/runs/{run.pk}/"' in baseline
+    assert ">queued<" in baseline and f'href="/p/{setup["project"].slug}/runs/{run.pk}/"' in baseline
     assert 'hx-trigger="every 3s"' in body
 
 
@@ -322,7 +322,7 @@ def test_failed_stage_and_running_experiment(client, project_team, setup):
     client.force_login(project_team["viewer"])
     body = _body(client.get(_url(setup, f"{running.pk}/")))
     assert 'hx-get="/p/{}/experiments/{}/live/"'.format(setup["project"].slug, running.pk) in body
-    assert ">waiting<" in _stage_html(body, "baseline") and ">not started<" in _stage_html(body, "grpo")
+    assert ">queued<" in _stage_html(body, "baseline") and ">not started<" in _stage_html(body, "grpo")
     assert "The gates run once the held-out evaluation finishes" in body
     live = client.get(_url(setup, f"{running.pk}/live/"), HTTP_HX_REQUEST="true")
     assert _body(live).lstrip().startswith("<div id=\"experiment-live\"") and "<html" not in _body(live)
@@ -388,3 +388,50 @@ def test_keyset_pages_cover_every_experiment_once(client, project_team, setup):
     assert len(queries) <= 12, [q["sql"] for q in queries.captured_queries]
     junk = client.get(_url(setup) + "?after=garbage")
     assert junk.status_code == 200 and "start again from the first page" in _body(junk)
+
+
+def test_learning_preset_is_the_cpu_recipe_and_says_what_to_expect(client, project_team, setup):
+    """The form's Learning preset fills the stages with the recipe that learns, as scripts/cpu_recipe.py runs it."""
+    import importlib.util
+    from pathlib import Path
+
+    from webapp.runs.services.experiments import LEARNING_CONFIG, preset_of
+
+    path = Path(__file__).resolve().parents[3] / "scripts" / "cpu_recipe.py"
+    spec = importlib.util.spec_from_file_location("cpu_recipe_for_preset", path)
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    sft, grpo = recipe.training_stages(recipe.parse_args(["--out", "unused"]))
+    assert LEARNING_CONFIG["sft"] == sft and LEARNING_CONFIG["grpo"] == grpo
+
+    client.force_login(project_team["editor"])
+    body = _body(client.get(_url(setup, "new/?preset=learning")))
+    textarea = re.search(r'<textarea id="cfg-grpo"[^>]*>(.*?)</textarea>', body, re.S).group(1)
+    assert json.loads(html.unescape(textarea)) == {**DEFAULT_CONFIG["grpo"], **LEARNING_CONFIG["grpo"]}
+    assert 'id="exp-preset-learning" data-preset checked' in body
+    assert "too short to learn" in body and "65% after GRPO" in body
+    assert preset_of({**DEFAULT_CONFIG, **{k: {**DEFAULT_CONFIG[k], **v} for k, v in LEARNING_CONFIG.items()}}) \
+        == "learning"
+    assert preset_of(DEFAULT_CONFIG) is None
+
+
+def test_a_started_stage_says_what_its_run_is_doing_and_a_quick_one_says_it_cannot_learn(client, project_team, setup):
+    """The stage label follows the stage: "running" while its run runs (it said "waiting" at 50%)."""
+    from webapp.runs.models import RunStatus
+
+    experiment = _create(setup)
+    run = Run.objects.get(pk=experiment.stages["baseline"]["run"])
+    client.force_login(project_team["viewer"])
+    assert ">queued<" in _stage_html(_body(client.get(_url(setup, f"{experiment.pk}/"))), "baseline")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    baseline = _stage_html(_body(client.get(_url(setup, f"{experiment.pk}/"))), "baseline")
+    assert ">running<" in baseline and ">waiting<" not in baseline
+    Experiment.objects.filter(pk=experiment.pk).update(config=experiment_config_of_quick())
+    body = _body(client.get(_url(setup, f"{experiment.pk}/")))
+    assert 'id="exp-preset-note"' in body and "too short to learn" in body and "?preset=learning" in body
+
+
+def experiment_config_of_quick() -> dict:
+    from webapp.runs.services.experiments import experiment_config
+
+    return experiment_config(QUICK_CONFIG)

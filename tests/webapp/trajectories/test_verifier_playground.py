@@ -206,3 +206,57 @@ def test_outsiders_get_404(client, project_team, setup):
     assert response.status_code == 422, "another project's version and task are not found from mine"
     assert "No verifier in this project yet" in response.content.decode()
     assert 'id="verdict"' not in response.content.decode()
+
+
+def _options(body: str) -> list[str]:
+    select = body[body.index('id="pg-task"'):body.index("</select>", body.index('id="pg-task"'))]
+    return [re.sub(r"\s+", " ", text).strip() for text in re.findall(r'<option value="\d+"[^>]*>(.*?)</option>', select, re.S)]
+
+
+def test_picking_a_dataset_loads_its_tasks_by_request_and_the_search_narrows_them(client, project_team, setup):
+    """The dataset menu and the search box ask for the task picker alone (htmx); each task is shown by its
+    request and its id. Without JavaScript the same list comes with the page, the dataset in the URL."""
+    client.force_login(project_team["viewer"])
+    hostile = dataset_create(project=project_team["project"], name="hostile", tasks=make_tasks(3, hostile=True),
+                             actor=project_team["editor"])
+    htmx = {"HTTP_HX_REQUEST": "true"}
+    picked = client.get(_url(project_team), {"dataset": setup["dataset"].pk, "partial": "tasks"}, **htmx)
+    body = picked.content.decode()
+    assert picked.status_code == 200 and body.lstrip().startswith('<div class="field') and "<html" not in body
+    assert 'id="task-picker"' in body and "(4 shown)" in body
+    assert _options(body) == [f"Please do task {i} · task-{i} · {'email' if i % 2 == 0 else 'calendar'} · "
+                              f"{'train' if i < 3 else 'held_out'}" for i in range(4)]
+    searched = client.get(_url(project_team), {"dataset": setup["dataset"].pk, "q": "do task 2", "partial": "tasks"},
+                          **htmx).content.decode()
+    assert [o.split(" · ")[:2] for o in _options(searched)] == [["Please do task 2", "task-2"]]
+    by_id = client.get(_url(project_team), {"dataset": setup["dataset"].pk, "q": "task-3", "partial": "tasks"},
+                       **htmx).content.decode()
+    assert [o.split(" · ")[1] for o in _options(by_id)] == ["task-3"]
+    nothing = client.get(_url(project_team), {"dataset": setup["dataset"].pk, "q": "no such words", "partial": "tasks"},
+                         **htmx).content.decode()
+    assert _options(nothing) == [] and "none matches" in nothing
+
+    page = client.get(_url(project_team), {"dataset": setup["dataset"].pk, "q": "do task 1"}).content.decode()
+    assert "<html" in page and 'hx-get="' in page and [o.split(" · ")[1] for o in _options(page)] == ["task-1"]
+    escaped = client.get(_url(project_team), {"dataset": hostile.pk, "partial": "tasks"}, **htmx).content.decode()
+    assert "Please do task 0 &lt;img src=x onerror=alert(1)&gt;" in escaped
+    for probe in XSS:
+        assert probe not in escaped
+
+
+def test_a_big_dataset_lists_its_first_200_tasks_and_reads_no_more(client, project_team, setup):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    big = dataset_create(project=project_team["project"], name="big", tasks=make_tasks(250),
+                         actor=project_team["editor"])
+    client.force_login(project_team["viewer"])
+    with CaptureQueriesContext(connection) as queries:
+        body = client.get(_url(project_team), {"dataset": big.pk, "partial": "tasks"},
+                          HTTP_HX_REQUEST="true").content.decode()
+    assert len(_options(body)) == 200 and "(200 shown, the first 200: search to narrow)" in body
+    reads = [q["sql"] for q in queries.captured_queries if '"datasets_task"' in q["sql"]]
+    assert reads and all("LIMIT 201" in sql for sql in reads), "one bounded read, whatever the dataset's size"
+    narrowed = client.get(_url(project_team), {"dataset": big.pk, "q": "please do task 249", "partial": "tasks"},
+                          HTTP_HX_REQUEST="true").content.decode()
+    assert [o.split(" · ")[1] for o in _options(narrowed)] == ["task-249"] and "search to narrow" not in narrowed

@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.common.pagination import CursorError, Page
-from webapp.common.timeline import pretty_json
+from webapp.common.timeline import pretty_json, request_text
 from webapp.dashboard.views.common import breadcrumbs_for, query_without_after
 from webapp.datasets.models import Lineage, Split, TaskDataset
 from webapp.datasets.selectors.datasets import (
@@ -137,18 +137,6 @@ def lineage_summary(dataset: TaskDataset) -> str:
             where = ", ".join(f"{k}={v}" for k, v in (move.get("filter") or {}).items()) or "every task"
             return f"moved {move.get('moved')} task(s) ({where}) to {move.get('to')}"
         return str(detail.get("note") or "edited")
-    return ""
-
-
-def request_text(messages) -> str:
-    """The last user message's text (what the task asks), for the list."""
-    for message in reversed(messages if isinstance(messages, list) else []):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and
-                                isinstance(p.get("text"), str))
-            return content if isinstance(content, str) else ""
     return ""
 
 

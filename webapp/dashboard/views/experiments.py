@@ -39,6 +39,7 @@ from webapp.runs.selectors.runs import run_latest_jobs, runs_by_id_in
 from webapp.runs.services.experiments import (
     DEFAULT_CONFIG,
     NUMBER_BOUNDS,
+    PRESETS,
     QUICK_CONFIG,
     STAGE_KEYS,
     STAGE_ORDER,
@@ -50,6 +51,7 @@ from webapp.runs.services.experiments import (
     experiment_create,
     experiment_inputs,
     experiment_start,
+    preset_of,
     stage_plan,
 )
 from webapp.verifiers.selectors.verifiers import project_verifier, verifier_choice_rows
@@ -99,9 +101,13 @@ def _stage_text(value: dict) -> str:
 
 
 def _preset_texts(preset: str) -> dict[str, str]:
-    """Each stage textarea's text for a preset: the defaults, or the defaults with QUICK_CONFIG merged in."""
-    config = experiment_config(QUICK_CONFIG) if preset == "quick" else DEFAULT_CONFIG
+    """Each stage textarea's text for a preset: the defaults, or the defaults with the preset merged in."""
+    config = experiment_config(PRESETS[preset]) if preset in PRESETS else DEFAULT_CONFIG
     return {key: _stage_text(config[key]) for key in STAGE_KEYS}
+
+
+def _preset_asked(value: str | None) -> str:
+    return value if value in PRESETS else "default"
 
 
 # ---------------------------------------------------------------------------------------
@@ -198,13 +204,13 @@ def _choices(project: Project) -> dict:
 
 
 def _initial_form(request: HttpRequest, choices: dict) -> dict:
-    preset = "quick" if request.GET.get("preset") == "quick" else "default"
+    preset = _preset_asked(request.GET.get("preset"))
     first = lambda rows: str(rows[0]["id"]) if rows else ""  # noqa: E731
     return {
         "name": "", "dataset": first(choices["datasets"]), "verifier": first(choices["verifiers"]),
         "model": first(choices["models"]), "stages": _preset_texts(preset),
         "numbers": {key: str(DEFAULT_CONFIG[key]) for key in NUMBER_BOUNDS},
-        "regression_datasets": [], "quick": preset == "quick",
+        "regression_datasets": [], "preset": preset,
     }
 
 
@@ -214,7 +220,7 @@ def _posted_form(request: HttpRequest) -> dict:
         "name": post.get("name", "").strip(), "dataset": post.get("dataset", ""), "verifier": post.get("verifier", ""),
         "model": post.get("model", ""), "stages": {key: post.get(key, "") for key in STAGE_KEYS},
         "numbers": {key: post.get(key, "").strip() for key in NUMBER_BOUNDS},
-        "regression_datasets": post.getlist("regression_datasets"), "quick": post.get("quick") == "on",
+        "regression_datasets": post.getlist("regression_datasets"), "preset": _preset_asked(post.get("preset")),
     }
 
 
@@ -349,7 +355,7 @@ def experiment_new_page(request: HttpRequest, slug: str) -> HttpResponse:
         "number_fields": {key: {"key": key, "label": NUMBER_LABELS[key], "value": form["numbers"][key],
                                 "min": NUMBER_BOUNDS[key][0], "max": NUMBER_BOUNDS[key][1], "step": NUMBER_STEPS[key],
                                 "default": DEFAULT_CONFIG[key], "error": errors.get(key)} for key in NUMBER_BOUNDS},
-        "presets": {"default": _preset_texts("default"), "quick": _preset_texts("quick")},
+        "presets": {name: _preset_texts(name) for name in ("default", *PRESETS)},
         "links": {name: reverse(f"dashboard:{name}", args=[slug]) if has_page(f"dashboard:{name}") else ""
                   for name in ("dataset_list", "verifier_list")},
         "breadcrumbs": breadcrumbs_for(project, ("Experiments", reverse("dashboard:experiment_list", args=[slug])),
@@ -418,6 +424,13 @@ class StageView:
     run_status: str
     reason: str
 
+    @property
+    def label(self) -> str:
+        """What the stage is doing now: a started stage says its run's state (queued, running), not "waiting"."""
+        if self.state == WAITING and self.run_status:
+            return "queued" if self.run_status == "draft" else self.run_status
+        return self.state
+
 
 def _stage_title(key: str) -> str:
     if key.startswith("regression:"):
@@ -465,6 +478,7 @@ def _live_context(request: HttpRequest, experiment: Experiment) -> dict:
         "margin": config.get("success_margin"), "ratio": config.get("latency_p95_max_ratio"),
         "threshold": config.get("sft_valid_format_threshold"),
         "regression": config.get("regression_datasets") or [],
+        "preset": preset_of(config), "new_url": reverse("dashboard:experiment_new", args=[experiment.project.slug]),
     }
 
 

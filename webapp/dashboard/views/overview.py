@@ -47,8 +47,9 @@ def start_steps(project: Project) -> list[StartStep]:
     return [
         StartStep("Import a dataset of tasks", done.has_datasets, _url("dashboard:dataset_list", slug),
                   "Import tasks"),
-        StartStep("Create a verifier and sanity-check it", done.has_verifiers,
-                  _url("dashboard:verifier_list", slug), "Add a verifier"),
+        StartStep("Create a verifier and sanity-check it", done.has_checked_verifier,
+                  _url("dashboard:verifier_list", slug),
+                  "Sanity-check its latest version" if done.has_verifiers else "Add a verifier"),
         StartStep("Register the model to train", done.has_models,
                   _url("dashboard:project_settings", slug, "#models"), "Add a model"),
         StartStep("Measure a baseline on held-out tasks", done.has_eval_run,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -20,13 +20,24 @@ from webapp.projects.selectors.access import (
     get_project_or_404,
     has_role,
 )
-from webapp.runs.models import ACTIVE_JOB_STATES, Run, RunKind, RunStatus
+from webapp.runs.models import (
+    ACTIVE_JOB_STATES,
+    MAX_RUN_TAGS,
+    RUN_NOTE_LENGTH,
+    RUN_TAG_LENGTH,
+    Run,
+    RunKind,
+    RunStatus,
+)
 from webapp.runs.selectors.jobs import job_placement_problem
 from webapp.runs.selectors.metric_direction import metric_direction
 from webapp.runs.selectors.runs import (
+    CONFIG_COLUMNS,
     DEFAULT_RUN_SORT,
     HEADLINE_METRICS,
     RUN_SORT_LABELS,
+    config_columns,
+    config_value_text,
     metric_best,
     metric_latest,
     metric_names,
@@ -35,10 +46,20 @@ from webapp.runs.selectors.runs import (
     run_latest_jobs,
     run_list,
     run_sparklines,
+    run_tag_filter,
+    run_tags_in_use,
     runs_by_id_in,
     runs_for_run_page,
 )
-from webapp.runs.services.runs import RunActionError, run_cancel, run_retry
+from webapp.runs.selectors.seed_groups import SeedGroup, seed_groups, spread
+from webapp.runs.services.runs import (
+    RunActionError,
+    RunAnnotationError,
+    run_annotate,
+    run_cancel,
+    run_retry,
+    run_tags_from_text,
+)
 
 FILTERS = ("kind", "status", "dataset", "model", "creator", "experiment", "text")
 MAX_COMPARE = 10
@@ -133,11 +154,13 @@ def _run_for(request: HttpRequest, slug: str, run_id: int, minimum: str = Role.V
 def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_project_or_404(request.user, slug)
     filters = {name: request.GET.get(name, "")[:200] for name in FILTERS}
+    tags = run_tag_filter(value[:200] for value in request.GET.getlist("tag")[:MAX_RUN_TAGS])[:MAX_RUN_TAGS]
+    columns = config_columns(value[:1000] for value in request.GET.getlist("cols")[:len(CONFIG_COLUMNS)])
     sort = request.GET.get("sort", DEFAULT_RUN_SORT)
     error = None
     try:
         experiment = int(filters["experiment"]) if filters["experiment"] else None
-        page = run_list(project, **{**filters, "experiment": experiment}, sort=sort,
+        page = run_list(project, **{**filters, "experiment": experiment}, tag=tags, sort=sort,
                         after=request.GET.get("after") or None, limit=50)
     except (ValueError, CursorError) as exc:
         page, error = Page(items=[], next_cursor=None), str(exc)
@@ -145,11 +168,19 @@ def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     headline = run_headline_metrics(runs)
     sparklines = run_sparklines(runs)
     jobs = run_latest_jobs(runs)
+    query = query_without_after(request)
     rows = [{"run": run, "headline": [headline.get(run.pk, {}).get(h.key) for h in HEADLINE_METRICS],
-             "sparkline": json.dumps(sparklines.get(run.pk, [])), "job": jobs.get(run.pk)} for run in runs]
+             "sparkline": json.dumps(sparklines.get(run.pk, [])), "job": jobs.get(run.pk),
+             "tags": [(tag, _tag_filter_query(query, tags, tag)) for tag in _stored_tags(run)],
+             "config": [(column, config_value_text(run.config, column.key)) for column in columns]} for run in runs]
     context = {
         "project": project, "rows": rows, "page": page, "filters": filters, "sort": sort, "sorts": RUN_SORT_LABELS,
-        "filter_error": error, "query": query_without_after(request), "headlines": HEADLINE_METRICS,
+        "filter_error": error, "query": query, "headlines": HEADLINE_METRICS,
+        "tag_filter": ", ".join(tags), "tag_chips": [(tag, _tag_filter_query(query, tags, tag, remove=True))
+                                                     for tag in tags],
+        "columns": columns, "column_choices": CONFIG_COLUMNS,
+        "column_keys": {column.key for column in columns}, "filtered": bool(tags) or any(filters.values()),
+        "table_columns": 10 + len(HEADLINE_METRICS) + len(columns),
         "kinds": RunKind.choices, "statuses": RunStatus.choices, "can_edit": has_role(request.user, project, Role.EDITOR),
         "new_run_url": reverse("dashboard:run_new", args=[slug]) if has_page("dashboard:run_new") else None,
         "any_active": any(run.status in (RunStatus.QUEUED, RunStatus.RUNNING) for run in runs),
@@ -157,7 +188,20 @@ def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     if request.htmx:
         return render(request, "dashboard/runs/_rows.html", context)
     context["breadcrumbs"] = breadcrumbs_for(project, ("Runs", None))
+    context["tags_in_use"] = run_tags_in_use(project)
     return render(request, "dashboard/runs/list.html", context)
+
+
+def _stored_tags(run: Run) -> list[str]:
+    return [tag for tag in run.tags if isinstance(tag, str)] if isinstance(run.tags, list) else []
+
+
+def _tag_filter_query(query: QueryDict, tags: list[str], tag: str, *, remove: bool = False) -> str:
+    """The runs list's query string with `tag` added to (or removed from) the tag filter, the other filters kept."""
+    changed = query.copy()
+    wanted = [t for t in tags if t != tag] if remove else [*tags, *([tag] if tag not in tags else [])]
+    changed.setlist("tag", wanted)
+    return changed.urlencode()
 
 
 def _detail_context(request: HttpRequest, run: Run) -> dict:
@@ -172,10 +216,28 @@ def _detail_context(request: HttpRequest, run: Run) -> dict:
     }
 
 
+def _annotation_context(run: Run, *, tags_text: str | None = None, note: str | None = None,
+                        errors: dict[str, str] | None = None, saved: bool = False) -> dict:
+    """The run's tags and note, and their edit form (what was typed and each field's error when refused)."""
+    tags = _stored_tags(run)
+    return {
+        "run_tags": tags, "run_note": run.note,
+        "annotation": {"tags": ", ".join(tags) if tags_text is None else tags_text,
+                       "note": run.note if note is None else note, "errors": errors or {}, "saved": saved,
+                       "max_tags": MAX_RUN_TAGS, "tag_length": RUN_TAG_LENGTH, "note_length": RUN_NOTE_LENGTH},
+    }
+
+
 @login_required
 def run_detail_page(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
     run = _run_for(request, slug, run_id)
+    return _render_detail_page(request, run, _annotation_context(run))
+
+
+def _render_detail_page(request: HttpRequest, run: Run, annotation: dict, status: int = 200) -> HttpResponse:
+    slug = run.project.slug
     context = _detail_context(request, run)
+    context.update(annotation)
     trajectories = reverse("dashboard:trajectory_list", args=[slug]) if has_page("dashboard:trajectory_list") else ""
     context.update(
         panels=run_panels(metric_names(run), expect=FIRST_CURVE.get(run.kind) if context["active"] else None),
@@ -187,7 +249,32 @@ def run_detail_page(request: HttpRequest, slug: str, run_id: int) -> HttpRespons
         breadcrumbs=breadcrumbs_for(run.project, ("Runs", reverse("dashboard:run_list", args=[slug])),
                                     (run.name, None)),
     )
-    return render(request, "dashboard/runs/detail.html", context)
+    return render(request, "dashboard/runs/detail.html", context, status=status)
+
+
+@login_required
+@require_POST
+def run_annotate_view(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
+    """Save the run's tags and note (editor). Under htmx the answer is the tags-and-note section (with the errors
+    beside their fields when refused); a plain form post is redirected to the run page, or gets the page again
+    with the errors and what was typed (422)."""
+    run = _run_for(request, slug, run_id, Role.EDITOR)
+    tags_text = request.POST.get("tags", "")
+    note = request.POST.get("note", "")
+    try:
+        run_annotate(run=run, actor=request.user, tags=run_tags_from_text(tags_text), note=note)
+    except RunAnnotationError as exc:
+        annotation = _annotation_context(run, tags_text=tags_text, note=note, errors=exc.errors)
+        if request.htmx:
+            return render(request, "dashboard/runs/_annotation.html",
+                          {"project": run.project, "run": run, "can_edit": True, **annotation})
+        return _render_detail_page(request, run, annotation, status=422)
+    if request.htmx:
+        return render(request, "dashboard/runs/_annotation.html",
+                      {"project": run.project, "run": run, "can_edit": True,
+                       **_annotation_context(run, saved=True)})
+    messages.success(request, f"Tags and note of {run.name} saved.")
+    return redirect("dashboard:run_detail", slug=slug, run_id=run.pk)
 
 
 def _bounded_float(raw: str | None, default: float) -> float:
@@ -257,6 +344,16 @@ def config_rows(configs: list[dict]) -> list[dict]:
     return rows
 
 
+def _compare_cell(group: SeedGroup, latest: dict, best: dict, key: tuple[str, str]) -> dict:
+    """One summary cell: a run's final and best value, or a seed group's mean and min-max of each."""
+    if not group.is_group:
+        run = group.runs[0]
+        return {"group": False, "final": latest[run.pk].get(key), "best": best[run.pk].get(key)}
+    return {"group": True, "size": len(group.runs),
+            "final": spread(latest[run.pk].get(key) for run in group.runs),
+            "best": spread(best[run.pk].get(key) for run in group.runs)}
+
+
 @login_required
 def run_compare_page(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_project_or_404(request.user, slug)
@@ -271,13 +368,18 @@ def run_compare_page(request: HttpRequest, slug: str) -> HttpResponse:
     recorded = sorted({pair for run in runs for pair in metric_names(run)})
     latest = {run.pk: {(m.split, m.name): m.value for m in metric_latest(run)} for run in runs}
     best = {run.pk: metric_best(run) for run in runs}
+    by_seed = request.GET.get("group") == "seed"
+    groups = seed_groups(runs) if by_seed else [SeedGroup("", (run,), run.name) for run in runs]
     summary = [{"split": split, "name": name, "direction": metric_direction(name),
-                "cells": [(latest[r.pk].get((split, name)), best[r.pk].get((split, name))) for r in runs]}
+                "cells": [_compare_cell(group, latest, best, (split, name)) for group in groups]}
                for split, name in recorded]
+    chart_groups = [{"runs": group.run_ids, "label": group.label} for group in groups if group.is_group]
     context = {
         "project": project, "runs": runs, "ids": ",".join(map(str, ids)), "too_few": len(runs) < 2,
         "panels": run_panels(recorded), "config_rows": config_rows([run.config for run in runs]),
         "only_differences": request.GET.get("diff", "1") != "0", "summary": summary,
+        "groups": groups, "group_by_seed": by_seed, "any_group": bool(chart_groups),
+        "seed_groups_data": {"project": project.slug, "groups": chart_groups},
         "smoothing": _bounded_float(request.GET.get("smoothing"), 0.6), "x_axis": request.GET.get("x", "step"),
         "smooth_method": request.GET.get("smooth", "ema"),
         "breadcrumbs": breadcrumbs_for(project, ("Runs", reverse("dashboard:run_list", args=[slug])),

@@ -22,13 +22,15 @@ from django.views.decorators.http import require_POST
 from environments.parsing import calls_from_trajectory
 from webapp.common.bounds import unstorable_text_reason
 from webapp.common.schema_form import SchemaField
-from webapp.common.timeline import expected_against_actual, pretty_json, turn_timeline
+from webapp.common.timeline import expected_against_actual, pretty_json, request_text, turn_timeline
 from webapp.dashboard.views.common import breadcrumbs_for
 from webapp.datasets.models import Task, TaskDataset
 from webapp.datasets.selectors.datasets import (
+    TaskOption,
     dataset_versions_by_name,
     project_task,
-    tasks_matching,
+    task_option,
+    task_options,
 )
 from webapp.projects.models import Project, Role
 from webapp.projects.selectors.access import (
@@ -115,7 +117,7 @@ from webapp.verifiers.services.verifiers import (
 # The keys that pick a bucket in the keyboard pass: 1-9 then 0, in FAILURE_BUCKETS' order (as in review).
 BUCKET_KEYS = [str(n) for n in range(1, 10)] + ["0"]
 CHOICES_LIMIT = 200
-TASK_MATCHES = 50
+TASK_OPTIONS = 200  # tasks listed in the playground's picker; a search narrows a bigger dataset
 DISAGREEMENTS_SHOWN = 200
 
 
@@ -343,12 +345,15 @@ PLAYGROUND_FIELDS = ("version", "dataset", "q", "task", "task_json", "output", "
                      "truncated")
 
 
-def _task_matches(project: Project, dataset: TaskDataset | None, query: str) -> list[Task]:
-    """The version's tasks whose id or category is `query`, or whose messages' text holds it (the task
-    browser's search: Task.search_text and its trigram index), so a million-task version is not scanned."""
-    if dataset is None:
-        return []
-    return tasks_matching(dataset, query, TASK_MATCHES)
+def _task_options(dataset: TaskDataset | None, query: str, chosen: Task | None) -> tuple[list[TaskOption], bool]:
+    """The task picker's options: the dataset's first TASK_OPTIONS tasks whose id or category is `query`, or whose
+    messages' text holds it (the task browser's search and its indexes: a million-task version is not scanned),
+    each with its request; whether more match; the chosen task first when it is not among them."""
+    options, more = task_options(dataset, query, TASK_OPTIONS) if dataset is not None else ([], False)
+    if chosen is not None and (dataset is None or chosen.dataset_id == dataset.pk) and all(
+            o.pk != chosen.pk for o in options):
+        options.insert(0, task_option(chosen))
+    return options, more
 
 
 def _playground_inputs(project: Project, form: dict, errors: dict[str, str]):
@@ -413,9 +418,12 @@ def verifier_playground_page(request: HttpRequest, slug: str) -> HttpResponse:
     chosen_task = project_task(project, _int(form["task"])) if form["task"] else None
     if chosen_task is not None and dataset is None:
         dataset = next((d for d in datasets if d.pk == chosen_task.dataset_id), None)
-    matches = _task_matches(project, dataset, form["q"].strip()[:200])
-    if chosen_task is not None and all(t.pk != chosen_task.pk for t in matches):
-        matches.insert(0, chosen_task)
+    options, more = _task_options(dataset, form["q"].strip()[:200], chosen_task)
+    picker = {"project": project, "form": form, "dataset": dataset, "options": options, "more_tasks": more,
+              "task_limit": TASK_OPTIONS}
+    if request.method == "GET" and request.htmx and request.GET.get("partial") == "tasks":
+        # The dataset or the search changed: only the task picker is sent (the page keeps what was typed).
+        return render(request, "dashboard/verifiers/_task_picker.html", {**picker, "errors": {}})
     errors: dict[str, str] = {}
     result, notes, status = None, [], 200
     if request.method == "POST" and data.get("action") != "find":
@@ -428,8 +436,7 @@ def verifier_playground_page(request: HttpRequest, slug: str) -> HttpResponse:
     if not form["version"] and versions:
         form["version"] = str(versions[0].pk)
     context = {
-        "project": project, "form": form, "errors": errors, "result": result, "notes": notes,
-        "versions": versions, "datasets": datasets, "dataset": dataset, "matches": matches,
+        **picker, "errors": errors, "result": result, "notes": notes, "versions": versions, "datasets": datasets,
         "output_formats": OUTPUT_FORMATS, "breadcrumbs": _crumbs(project, ("Playground", None)),
         "can_edit": has_role(request.user, project, Role.EDITOR),
     }
@@ -569,6 +576,7 @@ def _render_label(request, check: VerifierCheck, item: VerifierCheckItem, *, val
     expected = task.ground_truth if task is not None and isinstance(task.ground_truth, list) else None
     context = {
         "project": project, "check": check, "item": item, "t": trajectory, "task": task,
+        "request": request_text(task.messages) if task is not None else "",
         "timeline": turn_timeline(trajectory.turns, task.tools if task else None),
         "calls": expected_against_actual(expected, [c.to_dict() for c in parsed.calls]),
         "parse_format": parsed.format, "parse_errors": [e.to_dict() for e in parsed.errors],

@@ -11,12 +11,14 @@ answers it on PostgreSQL.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from webapp.common.pagination import Page, keyset_page
+from webapp.common.timeline import request_text
 from webapp.datasets.models import Source, Split, Task, TaskDataset
 from webapp.datasets.services.datasets import ensure_stats
 from webapp.projects.models import Project
@@ -233,11 +235,68 @@ def project_task(project: Project, task_id: int | None) -> Task | None:
     return Task.objects.filter(dataset__project=project, pk=task_id).select_related("dataset").first()
 
 
-def tasks_matching(dataset: TaskDataset, query: str, limit: int) -> list[Task]:
-    """The version's first `limit` tasks by id whose id or category is `query`, or whose messages' text holds it
-    (Task.search_text and its trigram index, so a million-task version is not scanned); every task when `query`
-    is empty. Only id, external_id, category and split are loaded."""
+def _matching(dataset: TaskDataset, query: str) -> QuerySet[Task]:
+    """The version's tasks whose id or category is `query`, or whose messages' text holds it (Task.search_text and
+    its trigram index on PostgreSQL, with the (dataset, external_id) and (dataset, category, id) indexes, so a
+    million-task version is not scanned); every task when `query` is empty."""
     tasks = Task.objects.filter(dataset=dataset)
     if query:
         tasks = tasks.filter(Q(external_id=query) | Q(category=query) | Q(search_text__contains=query.lower()))
-    return list(tasks.order_by("id").only("id", "external_id", "category", "split")[:limit])
+    return tasks.order_by("id")
+
+
+def tasks_matching(dataset: TaskDataset, query: str, limit: int) -> list[Task]:
+    """The version's first `limit` tasks by id matching `query` (see _matching). Only id, external_id, category
+    and split are loaded."""
+    return list(_matching(dataset, query).only("id", "external_id", "category", "split")[:limit])
+
+
+REQUEST_CHARS = 200  # of a task's request kept for a menu (the menu shows about 80)
+
+
+@dataclass(frozen=True)
+class TaskOption:
+    """One task of a menu (the playground's task picker): its id, its request on one line, category and split."""
+
+    pk: int
+    external_id: str
+    request: str
+    category: str
+    split: str
+
+
+def task_option(task: Task) -> TaskOption:
+    request = " ".join(request_text(task.messages).split())[:REQUEST_CHARS]
+    return TaskOption(pk=task.pk, external_id=task.external_id, request=request, category=task.category,
+                      split=task.split)
+
+
+def task_options(dataset: TaskDataset, query: str, limit: int) -> tuple[list[TaskOption], bool]:
+    """The version's first `limit` tasks by id matching `query` (see _matching) as menu options with their
+    request, and whether more match: one indexed read of limit + 1 rows, whatever the version's size."""
+    rows = list(_matching(dataset, query).only("id", "external_id", "category", "split", "messages")[:limit + 1])
+    return [task_option(t) for t in rows[:limit]], len(rows) > limit
+
+
+# ---------------------------------------------------------------------------------------
+# The dataset a run trained elsewhere used, found by its task ids (run imports)
+# ---------------------------------------------------------------------------------------
+
+TASK_ID_SAMPLE = 500  # task ids looked up to find an imported run's dataset (one indexed query)
+
+
+def dataset_holding_task_ids(project_id: int, task_ids: Iterable[str], *, name_hint: str = "") -> TaskDataset | None:
+    """The project's dataset version that holds most of these task ids (at least half of up to TASK_ID_SAMPLE of
+    them), or None: a run trained elsewhere names its tasks only by id. Ties go to the version whose name is
+    `name_hint` (the run config's dataset file name, without its extension), then to the newest version."""
+    keys = sorted({str(k) for k in task_ids if k})[:TASK_ID_SAMPLE]
+    if not keys:
+        return None
+    counts = (Task.objects.filter(dataset__project_id=project_id, external_id__in=keys).order_by()
+              .values("dataset_id").annotate(found=Count("external_id", distinct=True)))
+    found = {row["dataset_id"]: row["found"] for row in counts if row["found"] * 2 >= len(keys)}
+    if not found:
+        return None
+    versions = TaskDataset.objects.filter(pk__in=found)
+    hint = name_hint.strip().lower()
+    return max(versions, key=lambda d: (found[d.pk], d.name.lower() == hint, d.version, d.pk))

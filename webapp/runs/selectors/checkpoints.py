@@ -33,12 +33,15 @@ from webapp.runs.models import (
     ExperimentState,
     MetricPoint,
     Run,
+    RunKind,
+    RunStatus,
 )
 from webapp.runs.services.paths import checkpoint_folder
 
 VALIDATION_PREFIX = "validation/"
 HELD_OUT_PREFIX = "held_out/"
 HELD_OUT_SPLIT = "held_out"
+VALIDATION_SPLIT = "validation"
 _NEVER = datetime.min.replace(tzinfo=UTC)
 
 
@@ -71,10 +74,12 @@ NO_GATES = GateView("none", None, "no finished experiment chose it as its candid
 class CheckpointRow:
     """One row of the checkpoint table.
 
-    validation: the checkpoint's own `validation/*` metrics (recorded when it was saved).
-    held_out: its held-out metrics: `held_out/*` from its own metrics, overlaid, when it is
-    an experiment's candidate, by that experiment's held-out evaluation (the numbers the
-    gates compared). baseline: the experiment's baseline held-out metrics; deltas:
+    validation: the checkpoint's own `validation/*` metrics (recorded when it was saved),
+    overlaid by the latest finished evaluation run of it on a validation split (a run started
+    from it, as `manage.py import_run` ties an imported evaluation to the checkpoint it names).
+    held_out: its held-out metrics: `held_out/*` from its own metrics, overlaid by its latest
+    finished held-out evaluation run, and, when it is an experiment's candidate, by that
+    experiment's held-out evaluation (the numbers the gates compared). baseline: the experiment's baseline held-out metrics; deltas:
     held_out - baseline for every metric both have. kept: whether the run's keep_top_k
     retention keeps its folder (training.checkpoints.kept_steps, the rule training applies: derived from the run's config and the
     recorded metrics, since nothing records the deletion itself). folder: whether this
@@ -133,18 +138,21 @@ def checkpoint_rows(checkpoints: list[Checkpoint]) -> list[CheckpointRow]:
     aliases = _aliases_by_checkpoint(ids)
     chosen = {cid: _deciding_experiment(exps) for cid, exps in _experiments_by_candidate(ids).items()}
     held_out = _held_out_metrics_by_run(e for e in chosen.values() if e is not None)
+    evaluations = _evaluations_by_checkpoint(ids)
     kept = _kept_steps({c.run_id: c.run for c in checkpoints})
     return [
         _row(c, experiment=chosen.get(c.pk), held_out=held_out, aliases=aliases.get(c.pk, []),
-             kept=kept.get(c.run_id, set()))
+             kept=kept.get(c.run_id, set()), evaluations=evaluations.get(c.pk, {}))
         for c in checkpoints
     ]
 
 
 def _row(checkpoint: Checkpoint, *, experiment: Experiment | None, held_out: Mapping[int, dict[str, float]],
-         aliases: list[str], kept: set[int]) -> CheckpointRow:
+         aliases: list[str], kept: set[int], evaluations: Mapping[str, dict[str, float]]) -> CheckpointRow:
     own = checkpoint.metrics if isinstance(checkpoint.metrics, dict) else {}
-    candidate, baseline = _prefixed(own, HELD_OUT_PREFIX), {}
+    candidate = {**_prefixed(own, HELD_OUT_PREFIX), **evaluations.get(HELD_OUT_SPLIT, {})}
+    validation = {**_prefixed(own, VALIDATION_PREFIX), **evaluations.get(VALIDATION_SPLIT, {})}
+    baseline: dict[str, float] = {}
     if experiment is not None:
         candidate = {**candidate, **held_out.get(_stage_run(experiment, "held_out"), {})}
         baseline = dict(held_out.get(_stage_run(experiment, "baseline"), {}))
@@ -153,7 +161,7 @@ def _row(checkpoint: Checkpoint, *, experiment: Experiment | None, held_out: Map
     return CheckpointRow(
         id=checkpoint.pk, run_id=run.pk, run_name=run.name, run_kind=run.kind, step=checkpoint.step,
         kind=checkpoint.kind, storage_uri=checkpoint.storage_uri, content_hash=checkpoint.content_hash,
-        created_at=checkpoint.created_at, validation=_prefixed(own, VALIDATION_PREFIX), held_out=candidate,
+        created_at=checkpoint.created_at, validation=validation, held_out=candidate,
         baseline=baseline, deltas=deltas, gates=gate_view(experiment), aliases=aliases,
         kept=checkpoint.step in kept, folder=checkpoint_folder(checkpoint)[1],
     )
@@ -216,6 +224,36 @@ def gate_view(experiment: Experiment | None) -> GateView:
         return GateView("passed", experiment.pk, f"experiment {experiment.name!r} passed its gates", gates)
     names = ", ".join(g["gate"] for g in gates if not g.get("passed")) or "no gate passed"
     return GateView("failed", experiment.pk, f"experiment {experiment.name!r} failed its gates ({names})", gates)
+
+
+def _evaluations_by_checkpoint(ids: list[int]) -> dict[int, dict[str, dict[str, float]]]:
+    """Per checkpoint and split (validation, held_out): the metrics of its latest finished evaluation run.
+
+    An evaluation run measures its config's eval_split once (training's default split when the
+    config names none); a later run of the same checkpoint and split wins. Two queries for the page.
+    """
+    default_split = RunConfig.__dataclass_fields__["eval_split"].default
+    runs = (Run.objects.filter(parent_checkpoint_id__in=ids, kind=RunKind.EVAL, status=RunStatus.SUCCEEDED)
+            .order_by("pk").values_list("pk", "parent_checkpoint_id", "config"))
+    wanted: dict[int, tuple[int, str]] = {}
+    for run_id, checkpoint_id, config in runs:
+        split = config.get("eval_split", default_split) if isinstance(config, dict) else default_split
+        if split in (VALIDATION_SPLIT, HELD_OUT_SPLIT):
+            wanted[run_id] = (checkpoint_id, split)
+    found: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
+    if not wanted:
+        return found
+    latest: dict[int, dict[str, float]] = defaultdict(dict)
+    points = (MetricPoint.objects.filter(run_id__in=wanted, split__in=(VALIDATION_SPLIT, HELD_OUT_SPLIT))
+              .order_by("step").values_list("run_id", "split", "name", "value"))
+    for run_id, split, name, value in points:
+        if split == wanted[run_id][1]:
+            latest[run_id][name] = value
+    for run_id in sorted(wanted):  # a later run of the same checkpoint and split wins
+        checkpoint_id, split = wanted[run_id]
+        if latest[run_id]:
+            found[checkpoint_id][split] = dict(latest[run_id])
+    return found
 
 
 def _stage_run(experiment: Experiment, stage: str) -> int | None:

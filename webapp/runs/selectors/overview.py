@@ -13,7 +13,11 @@ from django.db.models.functions import Coalesce
 from webapp.datasets.models import TaskDataset
 from webapp.projects.models import Project
 from webapp.projects.selectors.access import projects_for_user
-from webapp.runs.models import ACTIVE_JOB_STATES, Job, Run, RunKind
+from webapp.runs.models import ACTIVE_JOB_STATES, Job, Run, RunKind, RunStatus
+from webapp.verifiers.selectors.verifiers import latest_version_checks
+
+# Runs that tick a start step: launched here or imported, and not failed, cancelled or a draft.
+COUNTED_RUN_STATES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.SUCCEEDED)
 
 
 def _count(queryset) -> Subquery:
@@ -40,6 +44,7 @@ class ProjectProgress:
 
     has_datasets: bool
     has_verifiers: bool
+    has_checked_verifier: bool
     has_models: bool
     has_eval_run: bool
     has_sft_run: bool
@@ -49,14 +54,19 @@ class ProjectProgress:
 
 def project_progress(project: Project) -> ProjectProgress:
     """Which steps of dataset -> verifier -> model -> baseline eval -> SFT -> GRPO -> promotion the project has
-    taken: one EXISTS query per step."""
-    runs = Run.objects.filter(project=project).exclude(import_info__has_key="example")
+    taken: one EXISTS query per step. A verifier counts as sanity-checked as the verifiers list shows it (its
+    latest version has a judged check: latest_version_checks); a run counts once launched and not failed,
+    cancelled or a draft (a baseline that failed measured nothing)."""
+    runs = (Run.objects.filter(project=project, status__in=COUNTED_RUN_STATES)
+            .exclude(import_info__has_key="example"))
     return ProjectProgress(
         has_datasets=project.datasets.exists(),
         has_verifiers=project.verifiers.exists(),
+        has_checked_verifier=any(check is not None for check in latest_version_checks(project).values()),
         has_models=project.model_specs.exists(),
         has_eval_run=runs.filter(kind=RunKind.EVAL).exists(),
         has_sft_run=runs.filter(kind=RunKind.SFT).exists(),
         has_grpo_run=runs.filter(kind=RunKind.GRPO).exists(),
-        has_aliases=project.aliases.exists(),
+        # The demo's example alias points at an imported example checkpoint: not a promotion made here.
+        has_aliases=project.aliases.exclude(checkpoint__run__import_info__has_key="example").exists(),
     )

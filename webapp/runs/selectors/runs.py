@@ -9,18 +9,31 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import itemgetter
 
 from django.db import connection
-from django.db.models import Count, FloatField, Func, Max, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models import (
+    BooleanField,
+    Count,
+    FloatField,
+    Func,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from webapp.common.pagination import Page, keyset_page
 from webapp.projects.models import Project
-from webapp.runs.models import Checkpoint, Job, JobState, MetricPoint, Run, RunStatus
+from webapp.runs.models import Checkpoint, Job, JobState, MetricPoint, Run, RunStatus, run_tag_key
 from webapp.runs.selectors.metric_direction import metric_direction
 from webapp.runs.selectors.series import DEFAULT_BUCKETS, downsample
 
@@ -55,19 +68,24 @@ RUN_SORT_LABELS: dict[str, str] = {
 def run_list(
     project: Project, *, kind: str | None = None, status: str | None = None, dataset: str | None = None,
     model: str | None = None, creator: str | None = None, experiment: int | None = None,
-    text: str | None = None, sort: str = DEFAULT_RUN_SORT, after: str | None = None, limit: int = 50,
+    text: str | None = None, tag: Iterable[str] | str | None = None, sort: str = DEFAULT_RUN_SORT,
+    after: str | None = None, limit: int = 50,
 ) -> Page:
     """One keyset page of the project's runs, filtered as the runs page's query string says.
 
     dataset and model are names (every version of a dataset matches), creator a user
-    name, experiment an id, text a case-insensitive part of the run's name. Raises
-    ValueError for an unknown sort and CursorError for a cursor that is not this list's.
-    Headline metrics are not included: call run_headline_metrics(page.items).
+    name, experiment an id, text a case-insensitive part of the run's name, note or one of
+    its tags, tag one or more tags (each may be a comma list) that a run must all have.
+    Raises ValueError for an unknown sort and CursorError for a cursor that is not this
+    list's. Headline metrics are not included: call run_headline_metrics(page.items).
     """
     if sort not in RUN_SORTS:
         raise ValueError(f"unknown sort {sort!r}; use one of {', '.join(RUN_SORTS)}")
     runs = _filtered_runs(Run.objects.filter(project=project), kind=kind, status=status, dataset=dataset,
-                          model=model, creator=creator, experiment=experiment, text=text)
+                          model=model, creator=creator, experiment=experiment)
+    runs = _with_tags(runs, run_tag_filter(tag))
+    if text:
+        runs = runs.filter(Q(name__icontains=text) | Q(note__icontains=text) | _has_tag_containing(text))
     runs = runs.select_related("dataset", "model", "verifier_version__verifier", "created_by")
     return keyset_page(runs, ordering=RUN_SORTS[sort], after=after, limit=limit)
 
@@ -75,10 +93,123 @@ def run_list(
 def _filtered_runs(runs: QuerySet[Run], **filters: str | int | None) -> QuerySet[Run]:
     lookups = {
         "kind": "kind", "status": "status", "dataset": "dataset__name", "model": "model__name",
-        "creator": "created_by__username", "experiment": "experiment_id", "text": "name__icontains",
+        "creator": "created_by__username", "experiment": "experiment_id",
     }
     given = {lookups[key]: value for key, value in filters.items() if value not in (None, "")}
     return runs.filter(**given)
+
+
+def run_tag_filter(tag: Iterable[str] | str | None) -> list[str]:
+    """The tags of a `tag` filter as stored (run_tag_key), each once: repeated values and comma lists alike."""
+    values = [tag] if isinstance(tag, str) else list(tag or [])
+    wanted: list[str] = []
+    for value in values:
+        for piece in value.split(","):
+            key = run_tag_key(piece)
+            if key and key not in wanted:
+                wanted.append(key)
+    return wanted
+
+
+def _with_tags(runs: QuerySet[Run], tags: list[str]) -> QuerySet[Run]:
+    """Runs having every one of `tags`. PostgreSQL: jsonb containment (tags @> '["a","b"]'), which the GIN index
+    of migration runs.0005 answers; SQLite (no JSON containment lookup): json_each per tag."""
+    if not tags:
+        return runs
+    if connection.vendor == "postgresql":
+        return runs.filter(tags__contains=tags)
+    for tag in tags:
+        runs = runs.filter(RawSQL('EXISTS (SELECT 1 FROM json_each("runs_run"."tags") WHERE json_each.value = %s)',
+                                  [tag], output_field=BooleanField()))
+    return runs
+
+
+def _like_escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _has_tag_containing(text: str) -> RawSQL:
+    """A run with a tag that contains `text` (tags are stored in lower case, so the text is lowered too)."""
+    pattern = f"%{_like_escaped(run_tag_key(text) or text.lower())}%"
+    if connection.vendor == "postgresql":
+        sql = ('EXISTS (SELECT 1 FROM jsonb_array_elements_text("runs_run"."tags") AS t(tag) '
+               "WHERE t.tag LIKE %s ESCAPE '\\')")
+    else:
+        sql = "EXISTS (SELECT 1 FROM json_each(\"runs_run\".\"tags\") WHERE json_each.value LIKE %s ESCAPE '\\')"
+    return RawSQL(sql, [pattern], output_field=BooleanField())
+
+
+def run_tags_in_use(project: Project, limit: int = 200) -> list[str]:
+    """The tags of the project's latest 500 runs, most used first then A to Z (the tag filter's suggestions)."""
+    counts: dict[str, int] = {}
+    for tags in Run.objects.filter(project=project).order_by("-id").values_list("tags", flat=True)[:500]:
+        for tag in tags if isinstance(tags, list) else []:
+            if isinstance(tag, str):
+                counts[tag] = counts.get(tag, 0) + 1
+    return sorted(counts, key=lambda tag: (-counts[tag], tag))[:limit]
+
+
+# ---------------------------------------------------------------------------------------
+# Config columns
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfigColumn:
+    """A run config field the runs table can show as a column (?cols=learning_rate,algorithm)."""
+
+    key: str
+    label: str
+    numeric: bool = False
+
+
+CONFIG_COLUMNS: tuple[ConfigColumn, ...] = (
+    ConfigColumn("model", "Model (config)"),
+    ConfigColumn("algorithm", "Algorithm"),
+    ConfigColumn("loss_type", "Loss"),
+    ConfigColumn("adapter", "Adapter"),
+    ConfigColumn("lora_r", "LoRA rank", numeric=True),
+    ConfigColumn("learning_rate", "Learning rate", numeric=True),
+    ConfigColumn("lr_scheduler", "LR schedule"),
+    ConfigColumn("max_steps", "Max steps", numeric=True),
+    ConfigColumn("num_epochs", "Epochs", numeric=True),
+    ConfigColumn("num_prompts_per_step", "Prompts/step", numeric=True),
+    ConfigColumn("num_generations_per_prompt", "Group size", numeric=True),
+    ConfigColumn("beta", "KL beta", numeric=True),
+    ConfigColumn("temperature", "Temperature", numeric=True),
+    ConfigColumn("max_completion_length", "Max completion", numeric=True),
+    ConfigColumn("max_turns", "Max turns", numeric=True),
+    ConfigColumn("seed", "Seed", numeric=True),
+    ConfigColumn("device", "Device"),
+    ConfigColumn("num_processes", "Processes", numeric=True),
+)
+"""Every field named is one of training.config's RunConfig fields (a test holds them to it)."""
+CONFIG_COLUMNS_BY_KEY: dict[str, ConfigColumn] = {column.key: column for column in CONFIG_COLUMNS}
+
+
+def config_columns(values: Iterable[str] | str | None) -> list[ConfigColumn]:
+    """The columns a `cols` parameter asks for (repeated or comma lists), in its order, each once; names that are
+    not in CONFIG_COLUMNS are ignored."""
+    values = [values] if isinstance(values, str) else list(values or [])
+    chosen: list[ConfigColumn] = []
+    for value in values:
+        for name in value.split(","):
+            column = CONFIG_COLUMNS_BY_KEY.get(name.strip())
+            if column is not None and column not in chosen:
+                chosen.append(column)
+    return chosen
+
+
+def config_value_text(config: object, key: str) -> str | None:
+    """One config field's value as the table shows it (text as is, other values as JSON); None when absent."""
+    if not isinstance(config, dict) or config.get(key) is None:
+        return None
+    value = config[key]
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value, sort_keys=True)
 
 
 # ---------------------------------------------------------------------------------------

@@ -121,3 +121,43 @@ def running_average(values: Sequence[float], window: int) -> list[float]:
         # fsum of the window, not a running total: no drift over 100,000 points.
         averaged.append(math.fsum(recent) / len(recent))
     return averaged
+
+
+def downsample_band(
+    xs: Sequence[float], means: Sequence[float], lows: Sequence[float], highs: Sequence[float],
+    counts: Sequence[int], buckets: int = DEFAULT_BUCKETS,
+) -> list[int]:
+    """Which points of a group's mean line and min-max band a chart needs, as indices in x order.
+
+    The band's version of `downsample`: the same rule (short series whole; else the first
+    point and, per equal-width x bucket, its extremes and its last point), with the extremes
+    of three curves kept: the first minimum and maximum of the mean, the first minimum of the
+    lows and the first maximum of the highs, so neither a spike of the mean nor the band's
+    widest reach is lost. Five points a bucket instead of three, so the bucket count is cut to
+    3/5 of `buckets` and a band stays about as long as a line. Non-finite points are dropped;
+    inputs must be in x order (the group aggregation builds them so).
+    """
+    columns = (xs, means, lows, highs, counts)
+    if len({len(column) for column in columns}) != 1:
+        raise ValueError("xs, means, lows, highs and counts differ in length")
+    if buckets < 1:
+        raise ValueError(f"buckets must be >= 1, got {buckets}")
+    finite = [i for i in range(len(xs))
+              if math.isfinite(xs[i]) and math.isfinite(means[i]) and math.isfinite(lows[i])
+              and math.isfinite(highs[i])]
+    if len(finite) <= max(WHOLE_SERIES_POINTS, 3 * buckets + 1):
+        return finite
+    band_buckets = max(1, buckets * 3 // 5)
+    fx = [xs[i] for i in finite]
+    start, width = fx[0], (fx[-1] - fx[0]) / band_buckets
+    edges = [bisect.bisect_left(fx, start + b * width) for b in range(1, band_buckets)] if width > 0 else []
+    kept = [0]
+    for low, high in itertools.pairwise([0, *edges, len(fx)]):
+        if low == high:
+            continue
+        window = range(low, high)
+        mean_of = lambda j: means[finite[j]]  # noqa: E731 - a key, read once per bucket
+        picks = {min(window, key=mean_of), max(window, key=mean_of),
+                 min(window, key=lambda j: lows[finite[j]]), max(window, key=lambda j: highs[finite[j]]), high - 1}
+        kept.extend(sorted(picks))
+    return [finite[j] for j in dict.fromkeys(kept)]

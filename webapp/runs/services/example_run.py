@@ -1,12 +1,22 @@
 """The demo's example run: a real CPU-recipe run recorded by our own training process, imported.
 
-A new install should have something real to look at before anything trained on it: the demo
-project gets the stages of one `scripts/cpu_recipe.py` run (baseline eval, SFT, GRPO from the
-SFT checkpoint, held-out and validation evals of both checkpoints) with their metrics,
-trajectories and checkpoints' metrics. They ship in EXAMPLE_ARCHIVE (made by
-`scripts/record_example_run.py`: only what the import reads, no weights, xz-compressed) and go
-in through `run_import`, the same path as `manage.py import_run` and the upload page, so the
-import is idempotent: running `crucible_setup` again adds nothing.
+A new install should have something real to look at before anything trained on it, and it
+should show what the product promises: a checkpoint that beats the baseline on held-out tasks.
+The demo project gets the stages of one full `scripts/cpu_recipe.py` run (baseline eval, SFT,
+GRPO from the SFT checkpoint, held-out and validation evals of both checkpoints) with their
+metrics, trajectories and checkpoints' metrics, and the recipe's own tasks as a dataset
+(EXAMPLE_DATASET), so every example trajectory has its task: the inspector shows the prompt,
+re-verify and categories work, and the sanity check can draw from it. They ship in
+EXAMPLE_ARCHIVE (made by `scripts/record_example_run.py`: only what the import reads, no
+weights, xz-compressed) and go in through `run_import`, the same path as `manage.py
+import_run` and the upload page, so the import is idempotent: running `crucible_setup` again
+adds nothing. The evaluations are tied to the checkpoints they measured (by the path their
+config names), so the checkpoints table shows held-out and validation numbers for each.
+
+The stages then make one finished experiment (EXAMPLE_EXPERIMENT, `experiment_record`): its
+gates are decided by the same promotion_gates from the runs' own numbers, and when they pass
+its candidate is promoted to the EXAMPLE_ALIAS alias, forced with a reason that says why (the
+weights are not on this server), as a person would have to.
 
 Every run of it is marked in its import_info ("example": what it is), which the shell shows as
 a banner on every page of the project: these runs were not trained on this machine, and their
@@ -23,9 +33,15 @@ from pathlib import Path, PurePosixPath
 
 from django.db import transaction
 
+from environments.types import Task as EnvTask
+from webapp.datasets.models import Lineage, Source, TaskDataset
+from webapp.datasets.services.datasets import dataset_create
 from webapp.projects.models import Project
-from webapp.runs.models import Run
-from webapp.runs.services.run_import import ImportReport, import_scratch_dir, run_import
+from webapp.runs.models import Checkpoint, CheckpointAlias, Experiment, ModelSpec, Run
+from webapp.runs.services.experiments import DEMO_MODEL, DEMO_VERIFIER, experiment_record
+from webapp.runs.services.promotion import checkpoint_promote
+from webapp.runs.services.run_import import ImportReport, RunLinks, import_scratch_dir, run_import
+from webapp.verifiers.models import Verifier
 
 EXAMPLE_DIR = Path(__file__).resolve().parent / "example_run_archive"
 EXAMPLE_ARCHIVE = EXAMPLE_DIR / "cpu-recipe-example.tar.xz"
@@ -44,6 +60,17 @@ STAGES: dict[str, str] = {
 }
 
 
+# The recipe's tasks (train, validation and held-out splits) as they were written for it.
+TASKS_FILE = "tasks.jsonl"
+EXAMPLE_DATASET = "example-recipe-tasks"
+# The experiment the stages make: experiment stage -> recipe stage.
+EXPERIMENT_STAGES = {"baseline": "baseline", "sft": "sft", "grpo": "grpo", "held_out": "grpo_held_out"}
+EXAMPLE_EXPERIMENT = "example · baseline → SFT → GRPO (the CPU recipe)"
+EXAMPLE_ALIAS = "example-candidate"
+# What a stage's config names that is a file of the recording machine, not a setting of the experiment.
+_NOT_SETTINGS = ("model", "dataset", "init_checkpoint")
+
+
 class ExampleRunMissing(RuntimeError):
     pass
 
@@ -51,6 +78,7 @@ class ExampleRunMissing(RuntimeError):
 @dataclass(frozen=True)
 class ExampleImport:
     reports: dict[str, ImportReport]
+    experiment: Experiment | None = None
 
     @property
     def created(self) -> int:
@@ -85,17 +113,65 @@ def example_runs_import(*, project: Project, actor, archive: Path = EXAMPLE_ARCH
     scratch = import_scratch_dir()  # a fresh folder of its own
     try:
         root = _extract(archive, scratch)
+        links = _example_links(project, actor, root / TASKS_FILE)
         for stage, name in STAGES.items():
             folder = root / stage
             if not (folder / "events.jsonl").is_file():
                 continue
             report = run_import(project=project, run_dir=folder, actor=actor, name=name,
-                                source=f"{archive.name}:{stage}", folder_kept=False, trusted=False)
+                                source=f"{archive.name}:{stage}", folder_kept=False, trusted=False, links=links)
             _mark_example(report.run_id, stage)
             reports[stage] = report
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return ExampleImport(reports)
+    experiment = _example_experiment(project, actor, reports, links)
+    return ExampleImport(reports, experiment)
+
+
+def _example_links(project: Project, actor, tasks_path: Path) -> RunLinks:
+    """The example's dataset (made from the archive's tasks once), the demo's verifier and model."""
+    dataset = TaskDataset.objects.filter(project=project, name=EXAMPLE_DATASET).order_by("-version").first()
+    if dataset is None and tasks_path.is_file():
+        with tasks_path.open() as f:
+            tasks = [EnvTask.from_dict(json.loads(line)) for line in f if line.strip()]
+        dataset = dataset_create(
+            project=project, name=EXAMPLE_DATASET, tasks=tasks, actor=actor, environment="json_tool_call",
+            source=Source.IMPORTED, lineage=Lineage.IMPORT,
+            description="The example run's tasks, as scripts/cpu_recipe.py wrote them: train and validation "
+                        "tasks of the trained request templates, held-out tasks of reworded templates no "
+                        "training task uses.")
+    verifier = Verifier.objects.filter(project=project, name=DEMO_VERIFIER).first()
+    return RunLinks(dataset=dataset, verifier_version=verifier.latest_version if verifier else None,
+                    model=ModelSpec.objects.filter(project=project, name=DEMO_MODEL).first())
+
+
+def _example_experiment(project: Project, actor, reports: dict[str, ImportReport],
+                        links: RunLinks) -> Experiment | None:
+    """The example's stages as one finished experiment, once; its candidate promoted when its gates passed."""
+    existing = Experiment.objects.filter(project=project, name=EXAMPLE_EXPERIMENT).first()
+    if existing is not None:
+        return existing
+    if links.dataset is None or links.verifier_version is None or links.model is None:
+        return None
+    if any(reports.get(stage) is None for stage in EXPERIMENT_STAGES.values()):
+        return None
+    runs = {stage: Run.objects.get(pk=reports[recorded].run_id) for stage, recorded in EXPERIMENT_STAGES.items()}
+    config = {stage: {k: v for k, v in run.config.items() if k not in _NOT_SETTINGS} for stage, run in runs.items()}
+    experiment = experiment_record(project=project, name=EXAMPLE_EXPERIMENT, dataset=links.dataset,
+                                   verifier_version=links.verifier_version, model=links.model, config=config,
+                                   runs=runs, actor=actor)
+    if experiment.gates_passed and experiment.candidate_checkpoint is not None:
+        _promote_example(experiment.candidate_checkpoint, actor)
+    return experiment
+
+
+def _promote_example(candidate: Checkpoint, actor) -> None:
+    if CheckpointAlias.objects.filter(project=candidate.run.project, name=EXAMPLE_ALIAS).exists():
+        return
+    checkpoint_promote(checkpoint=candidate, alias=EXAMPLE_ALIAS, actor=actor, force=True,
+                       reason="Example data: this candidate passed every gate of the example experiment on the "
+                            "numbers recorded by scripts/cpu_recipe.py; its weights are not on this server, so "
+                            "the promotion had to be forced.")
 
 
 def _mark_example(run_id: int, stage: str) -> None:

@@ -79,6 +79,32 @@ QUICK_CONFIG = {
              "eval_interval": 3, "checkpoint_interval": 3, "max_generation_batches": 1},
 }
 
+# The CPU recipe's stages (scripts/cpu_recipe.py at its documented settings; a test keeps them equal):
+# the run that learns on a CPU. docs/training.md: 0% -> 52% (SFT) -> 65% (GRPO) held-out success on
+# the recipe's reworded requests, in 1 h 39 min on 2 cores with AMX (bf16), several hours in fp32.
+LEARNING_CONFIG = {
+    "common": {"max_completion_length": 96, "bf16": "auto", "device": "cpu"},
+    "sft": {"kind": "sft", "max_steps": 60, "num_epochs": 10, "micro_batch_size": 4,
+            "gradient_accumulation_steps": 4, "learning_rate": 1e-3, "lr_scheduler": "cosine", "warmup_steps": 5,
+            "eval_interval": 0, "checkpoint_interval": 0},
+    "grpo": {"kind": "grpo", "algorithm": "dapo", "max_steps": 20, "num_prompts_per_step": 3,
+             "num_generations_per_prompt": 8, "micro_batch_size": 8, "learning_rate": 1e-4,
+             "lr_scheduler": "constant", "temperature": 1.0, "max_generation_batches": 3, "eval_interval": 0,
+             "checkpoint_interval": 0},
+}
+PRESETS = {"quick": QUICK_CONFIG, "learning": LEARNING_CONFIG}
+
+
+def preset_of(config: dict) -> str | None:
+    """The preset ("quick", "learning") whose stage settings an experiment's config holds, else None:
+    what its page says about what to expect from it."""
+    for name, preset in PRESETS.items():
+        if all(isinstance(config.get(stage), dict) and all(config[stage].get(k) == v for k, v in wanted.items())
+               for stage, wanted in preset.items()):
+            return name
+    return None
+
+
 # What the demo seed (webapp/runs/services/demo.py) names them: picked first when a project has them.
 DEMO_DATASET = "workplace-json"
 DEMO_VERIFIER = "exact tool call"
@@ -454,6 +480,46 @@ def _finish_with_gates(experiment: Experiment) -> None:
         subject=f"Experiment {experiment.name!r}: {verdict}",
         fields={"experiment_id": experiment.pk, "experiment_name": experiment.name,
                 "gates_passed": experiment.gates_passed, "gates": experiment.gates}))
+
+
+def experiment_record(
+    *, project: Project, name: str, dataset: TaskDataset, verifier_version: VerifierVersion, model: ModelSpec,
+    config: dict, runs: dict[str, Run], actor,
+) -> Experiment:
+    """A finished experiment made of runs that already ran (imported ones: the demo's example), its gates
+    decided by promotion_gates from the runs' own numbers, as experiment_advance would have.
+
+    `runs` maps each of STAGE_ORDER's stages to its finished run (sft may be missing: skipped);
+    the candidate is the GRPO run's best checkpoint by the GRPO stage's checkpoint_metric. No
+    webhook is sent: nothing was decided now. ExperimentError when a stage is missing or unfinished.
+    """
+    missing = [stage for stage in STAGE_ORDER if stage != "sft" and stage not in runs]
+    unfinished = [stage for stage, run in runs.items() if run.status != RunStatus.SUCCEEDED]
+    if missing or unfinished:
+        raise ExperimentError(f"an experiment needs finished runs for every stage (missing: {missing or 'none'}, "
+                              f"not succeeded: {unfinished or 'none'}).")
+    merged = experiment_config(config)
+    candidate = best_checkpoint(runs["grpo"].pk, merged["grpo"].get("checkpoint_metric", "validation/success_rate"))
+    if candidate is None:
+        raise ExperimentError("the GRPO stage's run has no checkpoint to be the candidate")
+    stages = {stage: {"state": SUCCEEDED, "run": run.pk, "reason": ""} for stage, run in runs.items()}
+    if "sft" not in runs:
+        stages["sft"] = {"state": SKIPPED, "run": None, "reason": "no SFT run in this experiment"}
+    with transaction.atomic():
+        experiment = Experiment.objects.create(
+            project=project, name=name, dataset=dataset, verifier_version=verifier_version, model=model,
+            config=merged, stages=stages, candidate_checkpoint=candidate, created_by=actor)
+        for stage, run in runs.items():
+            Run.objects.filter(pk=run.pk).update(experiment=experiment, stage=stage)
+        gates = promotion_gates(experiment)
+        experiment.gates = [g.row() for g in gates]
+        experiment.gates_passed = all(g.passed for g in gates)
+        verdict = "all gates passed" if experiment.gates_passed else "gates failed: " + ", ".join(
+            g.name for g in gates if not g.passed)
+        _finish(experiment, ExperimentState.SUCCEEDED, f"candidate {candidate}: {verdict}")
+        experiment.finished_at = runs["held_out"].finished_at or experiment.finished_at
+        experiment.save()
+    return experiment
 
 
 def experiments_advance_all() -> int:

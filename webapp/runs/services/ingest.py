@@ -22,10 +22,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import PurePath
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import OuterRef, Subquery
 
 from webapp.datasets.models import Task
+from webapp.datasets.selectors.datasets import dataset_holding_task_ids
 from webapp.runs.models import Checkpoint, MetricPoint, Run
 from webapp.trajectories.models import (
     FAILURE_BUCKETS,
@@ -65,6 +68,7 @@ class EventIngestor:
         self.attempt = attempt
         self.resumed_from = resumed_from
         self._task_ids: dict[str, int] | None = None
+        self._dataset_sought = False
 
     def is_superseded(self, event: dict) -> bool:
         attempt = event.get("attempt")
@@ -119,6 +123,8 @@ class EventIngestor:
     def _ingest_trajectories(self, events: list[dict]) -> int:
         if not events:
             return 0
+        if self.run.dataset_id is None and self.run.import_key and not self._dataset_sought:
+            self._link_imported_dataset(events)
         rows = _dedupe_by_key(self._trajectory_row(e) for e in events)
         fresh = _not_yet_stored(self.run.pk, rows)
         if connection.vendor == "postgresql":
@@ -158,6 +164,24 @@ class EventIngestor:
             # The run's verifier scored it: the inspector recomputes its trace with that version.
             "verifier_version_id": self.run.verifier_version_id,
         }
+
+    def _link_imported_dataset(self, events: list[dict]) -> None:
+        """A run trained elsewhere and imported without a dataset names its tasks only by id: the project's
+        dataset version that holds most of them becomes the run's dataset, so its trajectories find their task
+        (the inspector's prompt, re-verify, the sanity check), and the trajectories an earlier import stored
+        without one are linked too. None holds them: the run stays without a dataset (import the dataset it
+        used, then the run again)."""
+        self._dataset_sought = True
+        path = self.run.config.get("dataset") if isinstance(self.run.config, dict) else None
+        hint = PurePath(path).stem if isinstance(path, str) and len(path) < 1000 else ""
+        dataset = dataset_holding_task_ids(self.run.project_id, {_text(e["task_id"], 200) for e in events},
+                                           name_hint=hint)
+        if dataset is None or not Run.objects.filter(pk=self.run.pk, dataset__isnull=True).update(dataset=dataset):
+            return
+        self.run.dataset = dataset
+        self._task_ids = None
+        tasks = Task.objects.filter(dataset=dataset, external_id=OuterRef("task_key")).order_by("-id").values("pk")
+        Trajectory.objects.filter(run_id=self.run.pk, task__isnull=True).update(task_id=Subquery(tasks[:1]))
 
     def _task_pk(self, task_key: str) -> int | None:
         if self._task_ids is None:

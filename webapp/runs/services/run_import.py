@@ -78,10 +78,12 @@ from django.utils import timezone
 from training.checkpoints import CHECKPOINTS_DIR, COMPLETE_MARKER, read_checkpoint
 from training.events import EVENTS_FILE, EventError, validate_event
 from webapp.common import strict_json
+from webapp.datasets.models import TaskDataset
 from webapp.projects.models import Project
 from webapp.runs.models import Checkpoint, MetricPoint, ModelSpec, Run, RunKind, RunStatus
 from webapp.runs.services.ingest import EventIngestor
 from webapp.runs.services.run_config import run_config_problems
+from webapp.verifiers.models import VerifierVersion
 
 __all__ = ["IMPORT_JOB_KIND", "ImportReport", "RunImportError", "UploadLimitHandler", "declared_too_large",
            "inline_max_bytes", "job_error_text", "report_from_dict", "run_import", "run_import_archive", "run_import_enqueue",
@@ -483,6 +485,21 @@ def _checkpoint_location(event: dict, run_dir: Path, *, folder_kept: bool, trust
     return original, False
 
 
+def _parent_checkpoint(project: Project, config: dict) -> Checkpoint | None:
+    """The checkpoint of this project the run started from: the one imported with the path the
+    config's `init_checkpoint` names (as recorded, or as `imported://` for an upload's), newest first.
+
+    An evaluation of a checkpoint, or a GRPO run from an SFT checkpoint, imported after the run
+    that saved it is so tied to it, as if it had been started from it here; imported before
+    it, it stays unlinked (import the runs in the order they ran).
+    """
+    path = config.get("init_checkpoint")
+    if not isinstance(path, str) or not path or len(path) > 1000:
+        return None
+    return (Checkpoint.objects.filter(run__project=project, storage_uri__in=[path, f"imported://{path}"])
+            .order_by("-id").first())
+
+
 def _folder_exists(uri: str) -> bool:
     return "://" not in uri and os.path.isabs(uri) and os.path.isdir(uri)
 
@@ -492,14 +509,30 @@ def _folder_exists(uri: str) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class RunLinks:
+    """The project's rows a new imported run is tied to, when the caller knows them.
+
+    dataset: the tasks the run trained or evaluated on, so its trajectories find their task
+    (the inspector's prompt, re-verify, categories, the sanity check). verifier_version and
+    model: what the run's pages and a re-verify use. The start checkpoint needs no link: it is
+    found by the path the run's config names (`init_checkpoint`), see _parent_checkpoint.
+    """
+
+    dataset: TaskDataset | None = None
+    verifier_version: VerifierVersion | None = None
+    model: ModelSpec | None = None
+
+
 def run_import(
     *, project: Project, run_dir: Path | str, actor, name: str | None = None, source: str | None = None,
-    folder_kept: bool = True, trusted: bool = True, progress: Progress | None = None,
+    folder_kept: bool = True, trusted: bool = True, progress: Progress | None = None, links: RunLinks | None = None,
 ) -> ImportReport:
     """Import a `python -m training run` folder into `project`; see the module docstring.
 
     `folder_kept` False: `run_dir` is a temporary extraction (checkpoints are never looked up
     in it). `trusted` False: the folder came from an upload (see _checkpoint_location).
+    `links`: rows of this project a newly created run is tied to (an existing run keeps its own).
     Raises RunImportError when the folder cannot be imported; whatever stops it, nothing is left written.
     """
     run_dir = Path(run_dir)
@@ -520,7 +553,7 @@ def run_import(
     key = _identity(scan.first_line)
     state = _ImportState(project=project, actor=actor, key=key, config=config, report=report,
                          name=(name or "").strip()[:NAME_LIMIT] or run_dir.resolve().name[:NAME_LIMIT] or "imported run",
-                         status=_outcome(scan)[0])
+                         status=_outcome(scan)[0], links=links or RunLinks())
     with transaction.atomic():  # all or nothing, even when the request running it is killed
         _import_events(state, events_path, run_dir, scan, folder_kept=folder_kept, trusted=trusted,
                        progress=progress)
@@ -669,6 +702,7 @@ class _ImportState:
     report: ImportReport
     name: str
     status: str
+    links: RunLinks = field(default_factory=RunLinks)
     run: Run | None = None
     ingestor: EventIngestor | None = None
     any_event: bool = False
@@ -727,7 +761,9 @@ class _ImportState:
                 with transaction.atomic():
                     run = Run.objects.create(
                         project=self.project, name=self.name, kind=self.report.kind, config=self.config,
-                        status=self.status, model=self._model(), created_by=self.actor, import_key=self.key,
+                        status=self.status, model=self.links.model or self._model(), created_by=self.actor,
+                        dataset=self.links.dataset, verifier_version=self.links.verifier_version,
+                        parent_checkpoint=_parent_checkpoint(self.project, self.config), import_key=self.key,
                         import_info={"source": self.report.source, "imported_at": timezone.now().isoformat(),
                                      "imported_by": getattr(self.actor, "username", "") or "", "complete": False},
                     )
@@ -740,6 +776,7 @@ class _ImportState:
         self.before = self._counts()
 
     def _model(self) -> ModelSpec | None:
+        """The project's model the config names (its local folder or hub id), if it has one."""
         spec = self.config.get("model")
         if not isinstance(spec, str) or not spec:
             return None

@@ -412,6 +412,15 @@ def rescore_disagreements(rescore: Rescore, limit: int) -> list[RescoreResult]:
                 .select_related("trajectory").order_by("trajectory_id")[:limit])
 
 
+def checkable_trajectories(project_id: int, run_id: int | None = None) -> QuerySet[Trajectory]:
+    """The stored trajectories a verifier can score again (a sanity check draws from them): an output (turns) and
+    a known task (a dataset task, or the snapshot a production log sent), of any run and kind (evaluation or
+    training, run here or imported) and any split."""
+    rows = Trajectory.objects.filter(project_id=project_id).filter(
+        Q(task__isnull=False) | Q(task_snapshot__isnull=False)).exclude(turns=[])
+    return rows.filter(run_id=run_id) if run_id is not None else rows
+
+
 def run_has_trajectories(run_id: int) -> bool:
     """Whether the run stored any trajectory."""
     return Trajectory.objects.filter(run_id=run_id).exists()

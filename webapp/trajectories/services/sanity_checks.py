@@ -29,7 +29,8 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from webapp.projects.services.projects import audit_log
-from webapp.trajectories.models import FAILURE_BUCKETS, Trajectory
+from webapp.trajectories.models import FAILURE_BUCKETS
+from webapp.trajectories.selectors.trajectories import checkable_trajectories, run_has_trajectories
 from webapp.trajectories.services.verification import bucket_of, verify_one
 from webapp.verifiers.models import SampleMethod, VerifierCheck, VerifierCheckItem, VerifierVersion
 
@@ -58,12 +59,27 @@ class CheckError(ValueError):
 
 
 def candidates(version: VerifierVersion, run_id: int | None = None) -> list[tuple[int, float | None]]:
-    """(id, stored reward) of the newest stored trajectories that have a task to verify against."""
-    rows = Trajectory.objects.filter(project_id=version.verifier.project_id).filter(
-        Q(task__isnull=False) | Q(task_snapshot__isnull=False))
-    if run_id is not None:
-        rows = rows.filter(run_id=run_id)
+    """(id, stored reward) of the newest stored trajectories that have an output and a task to verify against."""
+    rows = checkable_trajectories(version.verifier.project_id, run_id)
     return list(rows.order_by("-id").values_list("id", "reward")[:CANDIDATE_WINDOW])
+
+
+NO_OUTPUTS_HELP = ("run an evaluation on one of this project's datasets, or import a run whose dataset is in this "
+                   "project (its trajectories' task ids are tasks of one of this project's datasets)")
+
+
+def no_candidates_message(run=None) -> str:
+    """Why a check finds nothing to draw, and what would give it outputs."""
+    if run is None:
+        return f"No stored outputs with a known task in this project yet: {NO_OUTPUTS_HELP}."
+    if not run_has_trajectories(run.pk):
+        return f"No stored outputs in run {run.name}: choose another run or the whole project, or {NO_OUTPUTS_HELP}."
+    if run.is_imported:
+        return (f"No stored outputs with a known task in run {run.name}: it has outputs, but its task ids are not "
+                "tasks of this project's datasets. Import the dataset it used into this project, then import the "
+                "run again (its outputs are linked to their tasks then); or choose the whole project.")
+    return (f"No stored outputs with a known task in run {run.name}: it ran on its environment's own tasks, not on "
+            f"a dataset of this project. Choose the whole project, or {NO_OUTPUTS_HELP}.")
 
 
 def _strata(pool: list[tuple[int, float | None]]) -> list[list[int]]:
@@ -109,8 +125,7 @@ def check_create(*, version: VerifierVersion, actor, size: int = CHECK_DEFAULT, 
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
     pool = candidates(version, run.pk if run is not None else None)
     if not pool:
-        where = f"run {run.name}" if run is not None else "this project"
-        raise CheckError("run", f"No stored outputs with a task in {where} yet: run an evaluation first.")
+        raise CheckError("run", no_candidates_message(run))
     ids = sample_ids(pool, size, method, random.Random(seed))
     with transaction.atomic():
         check = VerifierCheck.objects.create(version=version, created_by=actor, size=len(ids), run=run,

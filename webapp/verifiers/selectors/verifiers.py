@@ -16,12 +16,27 @@ from webapp.verifiers.models import Verifier, VerifierCheck, VerifierCheckItem, 
 
 
 def latest_checks(version_ids: list[int]) -> dict[int, VerifierCheck]:
-    """Each version's latest check that has at least one judgement (its agreement is known)."""
+    """Each version's latest check that has at least one judgement (its agreement is known).
+
+    The one rule of "checked": a version without one reads "not checked yet" on the verifier pages, and the
+    overview's start-here step counts the same (latest_version_checks)."""
     latest: dict[int, VerifierCheck] = {}
     rows = VerifierCheck.objects.filter(version_id__in=version_ids, labelled__gt=0).order_by("-created_at", "-id")
     for check in rows:
         latest.setdefault(check.version_id, check)
     return latest
+
+
+def latest_version_checks(project: Project) -> dict[int, VerifierCheck | None]:
+    """Each verifier's (by id) latest version's latest judged check, None where it reads "not checked yet": what
+    the verifiers list shows in its "Sanity check (latest version)" column (verifier_rows, the same latest_checks),
+    and what the overview's "Create a verifier and sanity-check it" step counts."""
+    latest: dict[int, int] = {}
+    for pk, verifier_id in (VerifierVersion.objects.filter(verifier__project=project)
+                            .order_by("verifier_id", "-version").values_list("pk", "verifier_id")):
+        latest.setdefault(verifier_id, pk)
+    checks = latest_checks(list(latest.values()))
+    return {verifier_id: checks.get(pk) for verifier_id, pk in latest.items()}
 
 
 @dataclass

@@ -1,0 +1,55 @@
+"""Run tags, note and config columns in a real browser: the inline edit swaps in by htmx (CSRF header, no reload),
+an error shows beside its field, hostile text stays text, a chip filters the runs table, the columns picker keeps
+its choice in the URL."""
+
+from __future__ import annotations
+
+import pytest
+from browser_session import login, shot, watch
+
+from webapp.runs.models import Run
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+HOSTILE = '<img src=x onerror=alert(1)><script>alert("n")</script>'
+
+
+def test_an_editor_tags_a_run_inline_and_a_chip_filters_the_table(page, live_server, project_team):
+    project = project_team["project"]
+    run = Run.objects.create(project=project, name="lr high", kind="grpo", config={"learning_rate": 1e-4})
+    other = Run.objects.create(project=project, name="lr low", kind="grpo", config={"learning_rate": 5e-5})
+    seen = watch(page)
+    login(page, live_server, "editor")
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/{run.pk}/")
+    page.click("#run-annotation summary")
+    page.fill("#run-tags-input", "Baseline, bad<tag")
+    page.fill("#run-note-input", HOSTILE)
+    page.click("#run-annotation button[type=submit]")
+    page.wait_for_selector("#run-tags-error")
+    assert "cannot hold" in page.inner_text("#run-tags-error")
+    assert page.input_value("#run-tags-input") == "Baseline, bad<tag", "what was typed is kept"
+    assert Run.objects.get(pk=run.pk).tags == []
+
+    page.fill("#run-tags-input", "Baseline, lr sweep")
+    page.click("#run-annotation button[type=submit]")
+    page.wait_for_selector("#run-annotation .saved")
+    assert page.url.endswith(f"/runs/{run.pk}/"), "saved in place, no navigation"
+    assert page.locator("#run-annotation a.tag-chip").all_inner_texts() == ["baseline", "lr sweep"]
+    assert page.inner_text("[data-run-note]") == HOSTILE, "the note is shown as text"
+    assert Run.objects.get(pk=run.pk).note == HOSTILE
+    shot(page, "run-tags-detail.png")
+
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/")
+    page.click(f"tr[data-run='{run.pk}'] a.tag-chip:has-text('lr sweep')")
+    page.wait_for_url("**/runs/?tag=lr+sweep")
+    assert page.locator(f"tr[data-run='{run.pk}']").count() == 1
+    assert page.locator(f"tr[data-run='{other.pk}']").count() == 0
+
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/")
+    page.click("details.columns-picker summary")
+    page.check("input[name=cols][value=learning_rate]")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url("**cols=learning_rate**")
+    assert page.inner_text(f"tr[data-run='{other.pk}'] td[data-col='learning_rate']") == "5e-05"
+    shot(page, "run-tags-list.png")
+    assert seen["dialogs"] == [] and seen["csp"] == []
