@@ -467,13 +467,19 @@ def promotion_gates(experiment: Experiment) -> list[Gate]:
     return gates
 
 
-def _finish_with_gates(experiment: Experiment) -> None:
+def _decide_gates(experiment: Experiment) -> str:
+    """Run the gates, record their table and the finished state on `experiment` (not saved); the verdict in words."""
     gates = promotion_gates(experiment)
     experiment.gates = [g.row() for g in gates]
     experiment.gates_passed = all(g.passed for g in gates)
     verdict = "all gates passed" if experiment.gates_passed else "gates failed: " + ", ".join(
         g.name for g in gates if not g.passed)
     _finish(experiment, ExperimentState.SUCCEEDED, f"candidate {experiment.candidate_checkpoint}: {verdict}")
+    return verdict
+
+
+def _finish_with_gates(experiment: Experiment) -> None:
+    verdict = _decide_gates(experiment)
     link = f"{settings.CRUCIBLE_PUBLIC_URL}/p/{experiment.project.slug}/experiments/{experiment.pk}/"
     notify(experiment.project, Notice(
         event="experiment.decided", link=link,
@@ -511,12 +517,7 @@ def experiment_record(
             config=merged, stages=stages, candidate_checkpoint=candidate, created_by=actor)
         for stage, run in runs.items():
             Run.objects.filter(pk=run.pk).update(experiment=experiment, stage=stage)
-        gates = promotion_gates(experiment)
-        experiment.gates = [g.row() for g in gates]
-        experiment.gates_passed = all(g.passed for g in gates)
-        verdict = "all gates passed" if experiment.gates_passed else "gates failed: " + ", ".join(
-            g.name for g in gates if not g.passed)
-        _finish(experiment, ExperimentState.SUCCEEDED, f"candidate {candidate}: {verdict}")
+        _decide_gates(experiment)
         experiment.finished_at = runs["held_out"].finished_at or experiment.finished_at
         experiment.save()
     return experiment
