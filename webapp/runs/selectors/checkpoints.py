@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models.fields.json import KeyTextTransform
 
 from training.checkpoints import kept_steps
 from training.config import RunConfig
@@ -229,30 +230,25 @@ def gate_view(experiment: Experiment | None) -> GateView:
 def _evaluations_by_checkpoint(ids: list[int]) -> dict[int, dict[str, dict[str, float]]]:
     """Per checkpoint and split (validation, held_out): the metrics of its latest finished evaluation run.
 
-    An evaluation run measures its config's eval_split once (training's default split when the
-    config names none); a later run of the same checkpoint and split wins. Two queries for the page.
+    An evaluation run measures its config's eval_split (training's default split when the config
+    names none); a later run of the same checkpoint and split wins. One query for the page.
     """
     default_split = RunConfig.__dataclass_fields__["eval_split"].default
-    runs = (Run.objects.filter(parent_checkpoint_id__in=ids, kind=RunKind.EVAL, status=RunStatus.SUCCEEDED)
-            .order_by("pk").values_list("pk", "parent_checkpoint_id", "config"))
-    wanted: dict[int, tuple[int, str]] = {}
-    for run_id, checkpoint_id, config in runs:
-        split = config.get("eval_split", default_split) if isinstance(config, dict) else default_split
-        if split in (VALIDATION_SPLIT, HELD_OUT_SPLIT):
-            wanted[run_id] = (checkpoint_id, split)
+    points = (MetricPoint.objects
+              .filter(run__parent_checkpoint_id__in=ids, run__kind=RunKind.EVAL, run__status=RunStatus.SUCCEEDED,
+                      split__in=(VALIDATION_SPLIT, HELD_OUT_SPLIT))
+              .annotate(eval_split=KeyTextTransform("eval_split", "run__config"))
+              .order_by("run_id", "step")
+              .values_list("run__parent_checkpoint_id", "run_id", "eval_split", "split", "name", "value"))
+    by_run: dict[tuple[int, str], dict[str, float]] = defaultdict(dict)
+    checkpoint_of: dict[int, int] = {}
+    for checkpoint_id, run_id, eval_split, split, name, value in points:
+        if split == (eval_split or default_split):
+            by_run[(run_id, split)][name] = value
+            checkpoint_of[run_id] = checkpoint_id
     found: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
-    if not wanted:
-        return found
-    latest: dict[int, dict[str, float]] = defaultdict(dict)
-    points = (MetricPoint.objects.filter(run_id__in=wanted, split__in=(VALIDATION_SPLIT, HELD_OUT_SPLIT))
-              .order_by("step").values_list("run_id", "split", "name", "value"))
-    for run_id, split, name, value in points:
-        if split == wanted[run_id][1]:
-            latest[run_id][name] = value
-    for run_id in sorted(wanted):  # a later run of the same checkpoint and split wins
-        checkpoint_id, split = wanted[run_id]
-        if latest[run_id]:
-            found[checkpoint_id][split] = dict(latest[run_id])
+    for (run_id, split), metrics in sorted(by_run.items()):  # a later run of the same checkpoint and split wins
+        found[checkpoint_of[run_id]][split] = dict(metrics)
     return found
 
 
