@@ -32,7 +32,7 @@ demo: install
 	$(BIN)/python manage.py crucible_start
 
 test: install-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check .

@@ -62,11 +62,13 @@ SHOTS: tuple[Shot, ...] = (
     Shot("verifier-check", "/p/{slug}/verifiers/checks/{check}/"),
     Shot("playground", "/p/{slug}/verifiers/playground/", action="playground"),
     Shot("run-new", "/p/{slug}/runs/new/"),
-    Shot("runs", "/p/{slug}/runs/"),
+    Shot("runs", "/p/{slug}/runs/?cols=learning_rate,algorithm"),
     Shot("run-detail", "/p/{slug}/runs/{ex_run}/", action="chart"),
     Shot("compare", "/p/{slug}/runs/compare/?ids={baseline},{run}", action="chart"),
     Shot("experiments", "/p/{slug}/experiments/"),
+    Shot("experiment", "/p/{slug}/experiments/{ex_experiment}/"),
     Shot("trajectories", "/p/{slug}/trajectories/?run={ex_eval}"),
+    Shot("trajectory-search", "/p/{slug}/trajectories/?run={ex_run}&q=crm"),
     # The seeded run's trajectories keep their tasks, so the inspector shows the verifier's trace;
     # the example run's events carry only task ids.
     Shot("inspector", "/p/{slug}/trajectories/{failed}/"),
@@ -79,6 +81,7 @@ SHOTS: tuple[Shot, ...] = (
     Shot("checkpoints", "/p/{slug}/checkpoints/"),
     Shot("jobs", "/p/{slug}/jobs/"),
     Shot("settings", "/p/{slug}/settings/"),
+    Shot("webhooks", "/p/{slug}/settings/webhooks/"),
 )
 
 
@@ -129,9 +132,11 @@ def seed(password: str) -> dict:
     from pipeline_data import make_pipeline_project, make_pipeline_run
 
     from webapp.projects.models import Project
+    from webapp.projects.services.webhooks import WebhookError, webhook_create
     from webapp.runs.models import Checkpoint
     from webapp.runs.services.demo import DEMO_SLUG
     from webapp.runs.services.promotion import alias_move
+    from webapp.runs.services.runs import run_annotate
     from webapp.trajectories.models import Trajectory
     from webapp.trajectories.services.review import queue_claim_next, queue_create, review_save
     from webapp.trajectories.services.sanity_checks import (
@@ -153,6 +158,11 @@ def seed(password: str) -> dict:
     make_pipeline_run(project, owner, name="eval held-out (after)", kind="eval", split="held_out", steps=1,
                       improving=True, setup=setup)
     make_pipeline_run(project, owner, name="grpo lr 5e-5", steps=3, setup=setup, finish=False)
+    run_annotate(run=baseline, actor=owner, tags=["baseline", "workplace"], note="the learning rate of the recipe")
+    run_annotate(run=improved, actor=owner, tags=["lr sweep", "workplace"], note="4x the recipe's learning rate")
+    with contextlib.suppress(WebhookError):  # the URL must pass the operator's SSRF rule at save
+        webhook_create(project=project, actor=owner, name="team channel", url="https://hooks.slack.com/services/T0/B0/x",
+                       format="slack", events=["run.failed", "experiment.decided"])
 
     checkpoints = []
     for step, success in ((4, 0.25), (6, 0.5), (8, 1.0)):
@@ -203,16 +213,18 @@ def seed(password: str) -> dict:
 
 def example_ids(project, seeded: dict) -> dict:
     """The example run's pages (crucible_setup imported it); the seeded runs stand in without it."""
-    from webapp.runs.models import Run
-    from webapp.runs.services.example_run import EXAMPLE_QUEUE, STAGES
+    from webapp.runs.models import Experiment, Run
+    from webapp.runs.services.example_run import EXAMPLE_EXPERIMENT, EXAMPLE_QUEUE, STAGES
     from webapp.trajectories.models import ReviewQueue, Trajectory
 
     runs = {r.name: r for r in Run.objects.filter(project=project, name__in=STAGES.values())}
     grpo, after, before = (runs.get(STAGES[k]) for k in ("grpo", "grpo_held_out", "sft_held_out"))
     queue = ReviewQueue.objects.filter(project=project, name=EXAMPLE_QUEUE).first()
-    if not (grpo and after and before and queue):
+    experiment = Experiment.objects.filter(project=project, name=EXAMPLE_EXPERIMENT).first()
+    if not (grpo and after and before and queue and experiment):
         print("no example run in the demo project: its pages show the seeded runs", flush=True)
-        return {"ex_run": seeded["run"], "ex_eval": seeded["baseline"], "ex_failed": seeded["failed"],
+        any_experiment = Experiment.objects.filter(project=project).order_by("-id").first()
+        return {"ex_experiment": any_experiment.pk if any_experiment else 0, "ex_run": seeded["run"], "ex_eval": seeded["baseline"], "ex_failed": seeded["failed"],
                 "ex_passed": seeded["passed"], "ex_group": seeded["failed"], "ex_queue": seeded["queue"]}
     # A held-out task GRPO got wrong that SFT got right is rare; one SFT fixed and GRPO kept is the diff.
     failed_after = Trajectory.objects.filter(run=after, passed=False).order_by("id")
@@ -221,7 +233,7 @@ def example_ids(project, seeded: dict) -> dict:
               or Trajectory.objects.filter(run=after, passed=True).order_by("id").first())
     group = (Trajectory.objects.filter(run=grpo, passed=False).order_by("-step", "id").first()
              or Trajectory.objects.filter(run=grpo).first())
-    return {"ex_run": grpo.pk, "ex_eval": after.pk, "ex_failed": failed.pk, "ex_passed": passed.pk,
+    return {"ex_experiment": experiment.pk, "ex_run": grpo.pk, "ex_eval": after.pk, "ex_failed": failed.pk, "ex_passed": passed.pk,
             "ex_group": group.pk, "ex_queue": queue.pk}
 
 

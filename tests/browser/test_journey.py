@@ -29,8 +29,8 @@ import pytest
 from browser_session import login
 
 from tests.workers.conftest import start_worker, stop_worker
-from webapp.runs.models import Checkpoint, CheckpointAlias, Experiment, Run
-from webapp.trajectories.models import Review
+from webapp.runs.models import Checkpoint, CheckpointAlias, Experiment, MetricPoint, Run
+from webapp.trajectories.models import Review, Trajectory
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -103,6 +103,17 @@ def choose(page, select: str, text: str) -> None:
     """Pick the option of `select` whose label holds `text`, as a person reads the list."""
     value = page.locator(f"{select} option", has_text=text).first.get_attribute("value")
     page.select_option(select, value)
+
+
+def _final_and_best(cell: str) -> tuple[float, float]:
+    """A compare cell "0.412 · 0.398" as (final, best)."""
+    final, best = (part.strip() for part in cell.split("·"))
+    return float(final), float(best)
+
+
+def _final_and_lowest(run: Run, name: str) -> tuple[float, float]:
+    points = list(MetricPoint.objects.filter(run=run, split="train", name=name).order_by("step").values_list("value", flat=True))
+    return points[-1], min(points)
 
 
 def _wait_stage(page, stage: str, states: tuple[str, ...], worker) -> str:
@@ -248,6 +259,21 @@ def test_a_new_user_carries_the_workflow_to_a_promoted_checkpoint_and_back(
         timeout=STAGE_SECONDS * 1000)
     j.shot("grpo-chart-live")
 
+    # Panels of metrics first recorded after the page was opened are added live: when the run
+    # ends, the page (never reloaded) has every panel a reload shows, and Cancel is gone.
+    panel_keys = "() => [...document.querySelectorAll('.charts [data-chart]')].map(e => `${e.dataset.split}:${e.dataset.names}`)"
+    at_open = page.evaluate(panel_keys)
+    page.wait_for_function("() => /succeeded/.test(document.querySelector('.run-header .state').textContent)",
+                           timeout=STAGE_SECONDS * 1000)
+    page.wait_for_function("() => ![...document.querySelectorAll('#run-actions button')]"
+                           ".some(b => b.textContent.includes('Cancel'))")
+    live = page.evaluate(panel_keys)
+    page.reload()
+    reloaded = page.evaluate(panel_keys)
+    assert sorted(live) == sorted(reloaded), (at_open, live, reloaded)
+    assert len(reloaded) > 2, reloaded
+    j.shot("grpo-panels-after-run")
+
     # The experiment ends with a candidate and its gate table.
     page.goto(experiment_url)
     _wait_stage(page, "held_out", ("succeeded",), worker)
@@ -256,7 +282,46 @@ def test_a_new_user_carries_the_workflow_to_a_promoted_checkpoint_and_back(
     assert experiment.state == "succeeded" and experiment.candidate_checkpoint is not None
     j.shot("experiment-done")
 
-    # 8. A failure from the failures page, then its GRPO group.
+    # 8. Tag the GRPO run and find it by its tag; compare it with the SFT run: a loss's best is its
+    # lowest point, and the table says so.
+    j.go(f"runs/{grpo.pk}/")
+    page.click("#run-annotation summary")
+    page.fill("#run-tags-input", "journey, first try")
+    page.click("#run-annotation button[type=submit]")
+    page.wait_for_selector("#run-annotation .tag-chip:has-text('first try')")
+    page.click("#run-annotation .tag-chip:has-text('journey')")
+    page.wait_for_url(re.compile(r"/runs/\?tag=journey"))
+    assert page.locator("tr[data-run]").evaluate_all("rows => rows.map(r => r.dataset.run)") == [str(grpo.pk)]
+    j.shot("runs-by-tag")
+    sft_run = Run.objects.get(pk=experiment.stages["sft"]["run"])
+    j.go("runs/")
+    page.check(f"#compare-{sft_run.pk}")
+    page.check(f"#compare-{grpo.pk}")
+    page.click("#compare-button")
+    page.wait_for_url(re.compile(r"/runs/compare/\?"))
+    loss_row = page.locator("table.summary tr[data-metric='train:loss']")
+    assert "lower is better" in loss_row.inner_text()
+    shown = sorted(_final_and_best(cell) for cell in loss_row.locator("td.num").all_inner_texts())
+    expected = sorted(_final_and_lowest(run, "loss") for run in (sft_run, grpo))
+    assert all(abs(got - want) < 6e-4  # the page rounds to 3 places
+               for shown_pair, expected_pair in zip(shown, expected, strict=True)
+               for got, want in zip(shown_pair, expected_pair, strict=True)), (shown, expected)
+    j.shot("compare-loss-best")
+
+    # 9. Search the GRPO run's trajectories for a word of one request: every row found shows it marked.
+    word = max(("Akira", "Lena", "December", "proposal"),
+               key=lambda w: Trajectory.objects.filter(run=grpo, search_text__icontains=w).count())
+    expected_rows = Trajectory.objects.filter(run=grpo, search_text__icontains=word).count()
+    j.go(f"trajectories/?run={grpo.pk}")
+    page.fill("#trajectory-filters input[name=q]", word)
+    page.locator("#trajectory-filters input[name=q]").press("Enter")
+    page.wait_for_url(re.compile(rf"q={word}"))
+    marks = page.locator(".search-match mark").all_inner_texts()
+    assert expected_rows > 0 and len(marks) == expected_rows, (word, marks, expected_rows)
+    assert {m.lower() for m in marks} == {word.lower()}
+    j.shot("trajectory-search")
+
+    # 10. A failure from the failures page, then its GRPO group.
     j.go(f"failures/?run={grpo.pk}")
     page.locator(".failures-examples li a").first.click()
     page.wait_for_url(re.compile(rf"/p/{slug}/trajectories/\d+/"))
@@ -266,7 +331,7 @@ def test_a_new_user_carries_the_workflow_to_a_promoted_checkpoint_and_back(
     assert page.locator("text=sample").count() >= 1
     j.shot("failure-group")
 
-    # 9. A review queue of the GRPO run's failures; three items labelled by keyboard.
+    # 11. A review queue of the GRPO run's failures; three items labelled by keyboard.
     j.go(f"review/?run={grpo.pk}")
     page.select_option("#preset-run", str(grpo.pk))
     page.click("#preset-form button[name=preset][value=failures]")
@@ -287,7 +352,7 @@ def test_a_new_user_carries_the_workflow_to_a_promoted_checkpoint_and_back(
     assert Review.objects.filter(reviewer=project_team["owner"]).count() == 3
     j.shot("review-labelled")
 
-    # 10. Export the labels.
+    # 12. Export the labels.
     page.goto(queue_url)
     with page.expect_download() as download:
         page.click("#export-jsonl")
@@ -295,9 +360,8 @@ def test_a_new_user_carries_the_workflow_to_a_promoted_checkpoint_and_back(
     assert sorted(r["verdict"] for r in labels) == ["agree", "agree", "disagree"]
     j.shot("review-export")
 
-    # 11. Promote: the SFT checkpoint first, then the experiment's candidate; both need "anyway"
+    # 13. Promote: the SFT checkpoint first, then the experiment's candidate; both need "anyway"
     # (a random tiny model passes no gate), each with a reason.
-    sft_run = Run.objects.get(pk=experiment.stages["sft"]["run"])
     sft_checkpoint = Checkpoint.objects.filter(run=sft_run).order_by("-step").first()
     j.go("checkpoints/")
     page.click(f'tr[data-checkpoint="{sft_checkpoint.pk}"] >> text=Promote')
@@ -317,7 +381,7 @@ def test_a_new_user_carries_the_workflow_to_a_promoted_checkpoint_and_back(
     assert CheckpointAlias.objects.get(name="production").checkpoint_id == experiment.candidate_checkpoint_id
     j.shot("promoted")
 
-    # 12. Roll back: production points at the SFT checkpoint again.
+    # 14. Roll back: production points at the SFT checkpoint again.
     page.fill("#rollback-reason-production", "held-out regression")
     page.click("#alias-production button:has-text('Roll back')")
     page.wait_for_selector(".messages li.success:has-text('rolled back')")

@@ -36,12 +36,19 @@ def _call_text(call) -> str:
     return f"{function.get('name', '')} {arguments}"
 
 
-def search_text_of_turns(turns) -> str:
+def search_text_of_turns(turns, request=None) -> str:
     """What the trajectory search matches: each turn's text and its tool calls (name and arguments),
     as written (the search lower-cases both sides), without the JSON around them, so a search for
-    "role" or "content" does not match every trajectory. Capped at SEARCH_TEXT_LIMIT characters."""
+    "role" or "content" does not match every trajectory. Capped at SEARCH_TEXT_LIMIT characters.
+
+    `request` is the task's messages: a training run's trajectory holds only what the model wrote
+    and the tools answered, so when its turns have no user turn the task's user turns come first
+    (a search for words of the request finds the trajectories of that task).
+    """
     if not isinstance(turns, list):
-        return ""
+        turns = []
+    if isinstance(request, list) and not any(isinstance(t, dict) and t.get("role") == "user" for t in turns):
+        turns = [m for m in request if isinstance(m, dict) and m.get("role") == "user"] + turns
     parts: list[str] = []
     for turn in turns:
         if not isinstance(turn, dict):

@@ -7,6 +7,7 @@ import time
 import pytest
 from django.db import connection
 from django.urls import reverse
+from pipeline_data import make_pipeline_project
 
 from webapp.runs.models import Run
 from webapp.runs.services.ingest import EventIngestor
@@ -19,6 +20,7 @@ from webapp.trajectories.selectors.trajectories import (
     search_match,
 )
 from webapp.trajectories.services.review import queue_create
+from webapp.trajectories.services.search_text import search_text_refresh
 
 
 def _event(task: str, turns: list[dict], *, passed: bool, step: int = 1) -> dict:
@@ -120,3 +122,41 @@ def test_postgres_answers_the_search_from_the_trigram_index(stored):
         cursor.execute("EXPLAIN " + sql, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "trajectory_search_trgm" in plan, plan
+
+
+def test_a_training_runs_trajectory_is_found_by_its_tasks_request(project_team):
+    """A training run stores only what the model wrote: the search text takes the task's request."""
+    project = project_team["project"]
+    dataset, verifier, model = make_pipeline_project(project, project_team["owner"], tasks=3)
+    run = Run.objects.create(project=project, name="grpo", kind="grpo", dataset=dataset)
+    EventIngestor(run, attempt=1).ingest([
+        _event("task-1", [{"role": "assistant", "content": "I will call the tool"}], passed=False),
+        _event("task-2", [{"role": "user", "content": "a request of its own"},
+                          {"role": "assistant", "content": "done"}], passed=True),
+    ])
+    assert _keys(project, q="please do task 1") == [("grpo", "task-1")]
+    assert _keys(project, q="call the tool") == [("grpo", "task-1")]
+    assert _keys(project, q="please do task 2") == []  # its own user turn is its request
+    assert _keys(project, q="request of its own") == [("grpo", "task-2")]
+
+
+def test_search_text_of_turns_adds_only_the_requests_user_turns_and_only_without_one():
+    request = [{"role": "system", "content": "You are an agent"}, {"role": "user", "content": "Move Acme"}]
+    assert search_text_of_turns([{"role": "assistant", "content": "ok"}], request) == "Move Acme\nok"
+    assert search_text_of_turns([{"role": "user", "content": "Mine"}], request) == "Mine"
+    assert search_text_of_turns(None, request) == "Move Acme"
+    assert search_text_of_turns([{"role": "assistant", "content": "ok"}], "not messages") == "ok"
+
+
+def test_trajectories_linked_to_their_tasks_later_get_the_request_too(project_team):
+    """An imported run's trajectories stored before its dataset was found, and rows the migration
+    finds: search_text_refresh adds their task's request."""
+
+    project = project_team["project"]
+    dataset, _, _ = make_pipeline_project(project, project_team["owner"], tasks=2)
+    run = Run.objects.create(project=project, name="imported", kind="grpo")
+    EventIngestor(run, attempt=1).ingest([_event("task-0", [{"role": "assistant", "content": "x"}], passed=False)])
+    assert _keys(project, q="please do task 0") == []
+    Trajectory.objects.filter(run=run).update(task=dataset.tasks.get(external_id="task-0"))
+    assert search_text_refresh(Trajectory.objects.filter(run=run)) == 1
+    assert _keys(project, q="please do task 0") == [("imported", "task-0")]

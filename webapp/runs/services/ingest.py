@@ -37,6 +37,7 @@ from webapp.trajectories.models import (
     Trajectory,
     search_text_of_turns,
 )
+from webapp.trajectories.services.search_text import search_text_refresh
 
 TRAJECTORY_COLUMNS = (
     "project_id", "run_id", "attempt", "task_id", "task_key", "step", "split", "group_id", "sample_index",
@@ -125,7 +126,8 @@ class EventIngestor:
             return 0
         if self.run.dataset_id is None and self.run.import_key and not self._dataset_sought:
             self._link_imported_dataset(events)
-        rows = _dedupe_by_key(self._trajectory_row(e) for e in events)
+        requests = self._task_messages({_text(e["task_id"], 200) for e in events})
+        rows = _dedupe_by_key(self._trajectory_row(e, requests) for e in events)
         fresh = _not_yet_stored(self.run.pk, rows)
         if connection.vendor == "postgresql":
             inserted = _copy_trajectories(fresh)
@@ -134,7 +136,7 @@ class EventIngestor:
         _add_to_rollups(self.run.pk, inserted)
         return len(inserted)
 
-    def _trajectory_row(self, event: dict) -> dict:
+    def _trajectory_row(self, event: dict, requests: dict[str, list]) -> dict:
         task_key = _text(event["task_id"], 200)
         bucket = event.get("failure_bucket") or ""
         return {
@@ -148,7 +150,7 @@ class EventIngestor:
             "group_id": _text(event.get("group_id") or "", 64),
             "sample_index": int(event.get("sample_index") or 0),
             "turns": event.get("turns") or [],
-            "search_text": search_text_of_turns(event.get("turns") or []),
+            "search_text": search_text_of_turns(event.get("turns") or [], requests.get(task_key)),
             "tool_calls": event.get("tool_calls") or [],
             "reward": _finite(event.get("reward")),
             "components": event.get("components") or {},
@@ -181,7 +183,16 @@ class EventIngestor:
         self.run.dataset = dataset
         self._task_ids = None
         tasks = Task.objects.filter(dataset=dataset, external_id=OuterRef("task_key")).order_by("-id").values("pk")
-        Trajectory.objects.filter(run_id=self.run.pk, task__isnull=True).update(task_id=Subquery(tasks[:1]))
+        linked = Trajectory.objects.filter(run_id=self.run.pk, task__isnull=True)
+        if linked.update(task_id=Subquery(tasks[:1])):
+            search_text_refresh(Trajectory.objects.filter(run_id=self.run.pk, task__isnull=False))
+
+    def _task_messages(self, task_keys: set[str]) -> dict[str, list]:
+        """The messages of this batch's tasks (their request goes into the search text), one query a batch."""
+        if not self.run.dataset_id or not task_keys:
+            return {}
+        return dict(Task.objects.filter(dataset_id=self.run.dataset_id, external_id__in=task_keys)
+                    .values_list("external_id", "messages"))
 
     def _task_pk(self, task_key: str) -> int | None:
         if self._task_ids is None:
