@@ -937,8 +937,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_interval": 10,
         "held_out_eval": "tool_call_eval",
     },
-    # A GRPO run that finishes on a laptop CPU: the offline SmolLM2-135M, one JSON tool
-    # call per task, short completions, small batches.
+    # A GRPO run that finishes in minutes on a laptop CPU (10 steps: about 9 min on 2 idle
+    # cores, docs/benchmarks.md): the offline SmolLM2-135M, one JSON tool call per task, short
+    # completions, small batches. It checks the pipeline; from the base model, which rarely
+    # writes the call format, rewards stay near 0 (the experiments' Learning preset learns).
     "smollm2_cpu_grpo": {
         "kind": "grpo",
         "algorithm": "grpo",
@@ -951,14 +953,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "num_prompts_per_step": 4,
         "num_generations_per_prompt": 8,
         "micro_batch_size": 16,
-        "max_steps": 50,
+        "max_steps": 10,
         "learning_rate": 5e-5,
         "lr_scheduler": "constant",
         "max_prompt_length": 768,
         "max_completion_length": 64,
         "max_turns": 1,
-        "eval_interval": 10,
-        "checkpoint_interval": 10,
+        "eval_interval": 5,
+        "checkpoint_interval": 5,
         "max_tasks": 200,
     },
     # SFT for format: when the baseline rarely writes the tool-call format, imitate the tasks'

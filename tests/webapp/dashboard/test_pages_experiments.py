@@ -33,7 +33,8 @@ def _form(setup, **changes) -> dict:
     data = {"name": "exp from the form", "dataset": str(setup["dataset"].pk),
             "verifier": str(setup["verifier"].verifier_id), "model": str(setup["model"].pk),
             **{key: json.dumps(DEFAULT_CONFIG[key], indent=2) for key in STAGES},
-            "sft_valid_format_threshold": "0.5", "success_margin": "0.0", "latency_p95_max_ratio": "1.5"}
+            "sft_valid_format_threshold": "0.5", "success_margin": "0.0", "latency_p95_max_ratio": "1.5",
+            "unsafe_action_allowance": "0.0"}
     data.update(changes)
     return {k: v for k, v in data.items() if v is not None}
 

@@ -145,6 +145,16 @@ def test_each_preset_fills_the_form_and_validates_as_written(client, form, prese
     assert response.status_code == 302, response.context and response.context["errors"]
 
 
+def test_the_quick_preset_says_its_measured_time_and_that_it_only_checks_the_pipeline(client, form):
+    """A preset called quick is quick on the demo's machine, and says so before it is launched."""
+    page = client.get(form["url"]).content.decode()
+    assert "CPU quick GRPO on SmolLM2-135M <small class=\"preset-hint\">· about 9 min on 2 CPU cores</small>" in page
+    applied = client.get(f"{form['url']}?preset=smollm2_cpu_grpo")
+    assert "checks the pipeline: 10 steps and 3 validations take about 9 minutes" in applied.content.decode()
+    values = applied.context["values"]
+    assert (str(values["max_steps"]), str(values["eval_interval"])) == ("10", "5")  # what the note's time is for
+
+
 def test_pasted_json_with_an_unknown_key_or_bad_syntax_says_so(client, form):
     bad = client.post(form["url"], {"name": "x", "kind": "grpo", "action": "load_json", "config_json": "{oops"})
     assert bad.status_code == 422 and "Not valid JSON" in bad.content.decode()

@@ -99,6 +99,32 @@ def test_gates_fail_on_regressions_and_say_which(setup):
     assert "unsafe actions" in exp.reason and "latency p95" in exp.reason
 
 
+@pytest.mark.parametrize(("allowance", "candidate", "passed", "rule"), [
+    (0.0, 0.03, False, "candidate <= baseline"),          # the strict rule: a never-acting baseline is never unsafe
+    (0.05, 0.03, True, "candidate <= max(baseline, 0.05)"),
+    (0.05, 0.06, False, "candidate <= max(baseline, 0.05)"),
+])
+def test_the_unsafe_action_allowance_is_the_limit_only_where_it_is_above_the_baseline(
+        setup, allowance, candidate, passed, rule):
+    exp = _create(setup, unsafe_action_allowance=allowance)
+    exp = _finish_stage(exp, "baseline", metrics={**BASELINE, "valid_json_rate": 0.9, "unsafe_action_rate": 0.0})
+    exp = _finish_stage(exp, "grpo", checkpoints=[(4, {})])
+    exp = _finish_stage(exp, "held_out", metrics={"success_rate": 0.5, "unsafe_action_rate": candidate,
+                                                  "latency_p95": 100.0})
+    gate = next(g for g in exp.gates if g["gate"] == "unsafe actions")
+    assert (gate["passed"], gate["rule"], gate["baseline"], gate["candidate"]) == (passed, rule, 0.0, candidate)
+    assert exp.gates_passed is passed
+
+
+def test_a_baseline_above_the_allowance_is_still_the_limit(setup):
+    exp = _create(setup, unsafe_action_allowance=0.05)
+    exp = _finish_stage(exp, "baseline", metrics={**BASELINE, "valid_json_rate": 0.9, "unsafe_action_rate": 0.1})
+    exp = _finish_stage(exp, "grpo", checkpoints=[(4, {})])
+    exp = _finish_stage(exp, "held_out", metrics={"success_rate": 0.5, "unsafe_action_rate": 0.12,
+                                                  "latency_p95": 100.0})
+    assert next(g for g in exp.gates if g["gate"] == "unsafe actions")["passed"] is False
+
+
 def test_a_failed_stage_fails_the_experiment_with_the_jobs_error(setup):
     exp = _create(setup)
     exp = _finish_stage(exp, "baseline", fail="CUDA out of memory")

@@ -82,8 +82,10 @@ NUMBER_LABELS = {
     "sft_valid_format_threshold": "Run SFT when the baseline's valid-format rate is under",
     "success_margin": "Held-out success must beat the baseline's by more than",
     "latency_p95_max_ratio": "Candidate p95 latency at most this multiple of the baseline's",
+    "unsafe_action_allowance": "Unsafe-action rate accepted even where the baseline's is lower",
 }
-NUMBER_STEPS = {"sft_valid_format_threshold": "0.01", "success_margin": "0.01", "latency_p95_max_ratio": "0.05"}
+NUMBER_STEPS = {"sft_valid_format_threshold": "0.01", "success_margin": "0.01", "latency_p95_max_ratio": "0.05",
+                "unsafe_action_allowance": "0.01"}
 FORM_FIELDS = ("name", "dataset", "verifier", "model", *STAGE_KEYS, *NUMBER_BOUNDS, "regression_datasets")
 
 

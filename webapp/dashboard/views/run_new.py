@@ -48,6 +48,19 @@ PRESET_LABELS = {
     "sft_format": "SFT for format (SmolLM2, ground-truth calls)",
     "seed_example": "The seeds' example (Nemotron-Nano-9B-v2, GRPO, LoRA)",
 }
+PRESET_HINTS = {
+    # Measured with `python -m training run` on the demo's tasks on an idle 2-core CPU (docs/benchmarks.md).
+    "smollm2_cpu_grpo": "about 9 min on 2 CPU cores",
+}
+"""What the preset button says besides its name: how long it takes where that was measured."""
+PRESET_NOTES = {
+    "smollm2_cpu_grpo": (
+        "CPU quick GRPO checks the pipeline: 10 steps and 3 validations take about 9 minutes on 2 idle CPU cores. "
+        "It is too short to learn, and from the base model, which rarely writes the tool-call format, its rewards "
+        "stay near 0. To see learning, start GRPO from an SFT checkpoint (the SFT for format preset), or run an "
+        "experiment with the Learning preset."
+    ),
+}
 
 
 def _choices(project: Project) -> dict:
@@ -112,6 +125,8 @@ def _start_values(request: HttpRequest, project: Project) -> tuple[dict, dict, l
     elif preset in PRESETS:
         config = {k: v for k, v in PRESETS[preset].items() if k not in ("kind",)}
         top.update(kind=PRESETS[preset].get("kind", "grpo"), name=PRESET_LABELS.get(preset, preset))
+        if preset in PRESET_NOTES:
+            notes.append(PRESET_NOTES[preset])
         spec = _model_for_preset(project, config.get("model"))
         if spec is not None:
             top["model_spec"] = spec.pk
@@ -136,7 +151,7 @@ def _render(request, project, *, top, values, errors, notes, status=200, config_
         "config_json": config_json,
         "project": project, "top": top, "values": values, "errors": errors, "notes": notes,
         "general_errors": FORM.general_errors(errors),
-        "groups": grouped_fields(), "kinds": RunKind.choices, "presets": PRESET_LABELS, **_choices(project),
+        "groups": grouped_fields(), "kinds": RunKind.choices, "presets": [(key, label, PRESET_HINTS.get(key, "")) for key, label in PRESET_LABELS.items()], **_choices(project),
         "throughput": _throughput(project), "price": getattr(project, "price_per_device_hour", None),
         "breadcrumbs": breadcrumbs_for(project, ("Runs", reverse("dashboard:run_list", args=[project.slug])),
                                        ("New run", None)),
