@@ -69,9 +69,8 @@ SHOTS: tuple[Shot, ...] = (
     Shot("experiment", "/p/{slug}/experiments/{ex_experiment}/"),
     Shot("trajectories", "/p/{slug}/trajectories/?run={ex_eval}"),
     Shot("trajectory-search", "/p/{slug}/trajectories/?run={ex_run}&q=crm"),
-    # The seeded run's trajectories keep their tasks, so the inspector shows the verifier's trace;
-    # the example run's events carry only task ids.
-    Shot("inspector", "/p/{slug}/trajectories/{failed}/"),
+    # The example's tasks are imported with its runs, so its inspector shows the prompt and the trace.
+    Shot("inspector", "/p/{slug}/trajectories/{ex_failed}/"),
     Shot("group", "/p/{slug}/trajectories/{ex_group}/group/"),
     Shot("diff", "/p/{slug}/trajectories/diff/?a={ex_passed}&b={ex_failed}"),
     Shot("review", "/p/{slug}/review/"),

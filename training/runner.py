@@ -294,10 +294,25 @@ def load_policy(
         if not trainable:
             # Eval-only: fold the adapters into the weights, so a checkpoint is timed (and
             # compared with its baseline by the latency gate) as the model it would ship as.
-            return model.merge_and_unload().to(device), tokenizer, False
+            return _as_loaded(model.merge_and_unload()).to(device), tokenizer, False
         return model.to(device), tokenizer, True
     model, is_lora = wrap_given_model(cfg, model, trainable=trainable)
     return (model.to(device) if is_lora else model), tokenizer, is_lora
+
+
+def _as_loaded(model: Any) -> Any:
+    """The merged model's weights flagged as from_pretrained leaves them (requiring grad), as
+    the base model's are in a baseline evaluation.
+
+    peft hands the merged weights back frozen, and bf16 autocast keeps its bf16 copy of a
+    weight only for leaves that require grad: frozen, every decoding step cast every weight
+    again, and a checkpoint decoded 2.3x slower per token than its base model on a CPU
+    (178 vs 76 ms/token, SmolLM2-135M, batch 1), which the latency gate then held against it.
+    Evaluation generates under no_grad, so nothing records a graph.
+    """
+    for param in model.parameters():
+        param.requires_grad_(True)
+    return model
 
 
 def wrap_given_model(cfg: RunConfig, model: Any, *, trainable: bool) -> tuple[Any, bool]:

@@ -153,6 +153,39 @@ def test_a_run_config_model_gguf_file_reaches_the_loader(tmp_path, monkeypatch, 
     assert model.config.hidden_size == 32 and not is_lora
 
 
+def _casts_in_a_second_forward(model, ids: torch.Tensor) -> int:
+    """dtype casts (aten::_to_copy) of the second of two forwards inside one bf16 autocast region:
+    the weights' bf16 copies are made by the first when autocast keeps them."""
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model(ids)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            model(ids)
+    return sum(e.count for e in prof.key_averages() if e.key == "aten::_to_copy")
+
+
+def test_an_evaluated_lora_checkpoint_reuses_autocast_weight_copies_like_its_base_model(tmp_path, tokenizer):
+    """The merged checkpoint must decode at its base model's cost: re-casting every weight on every
+    step made a checkpoint 2.3x slower per token than its baseline on a CPU, and the latency
+    gate held that against it."""
+    from transformers import AutoModelForCausalLM
+
+    from training.config import validate_run_config
+    from training.runner import load_policy
+
+    base_dir, checkpoint = tmp_path / "base", tmp_path / "checkpoint"
+    tiny_llama(tokenizer, hidden_size=32).save_pretrained(base_dir)
+    tokenizer.save_pretrained(base_dir)
+    apply_lora(AutoModelForCausalLM.from_pretrained(base_dir), r=4, alpha=8).save_pretrained(checkpoint)
+    ids = torch.tensor([tokenizer.encode("hello there, how are you")])
+    casts = {}
+    for name, extra in (("base", {}), ("checkpoint", {"init_checkpoint": str(checkpoint)})):
+        cfg = validate_run_config({"kind": "eval", "model": str(base_dir), "bf16": True, **extra})
+        model, _, is_lora = load_policy(cfg, torch.device("cpu"), trainable=False)
+        assert not is_lora
+        casts[name] = _casts_in_a_second_forward(model, ids)
+    assert casts["checkpoint"] == casts["base"], casts  # re-cast: one more per Linear weight
+
+
 @pytest.mark.parametrize(
     ("name", "dtype"), [("bf16", torch.bfloat16), ("float32", torch.float32), (None, None)]
 )

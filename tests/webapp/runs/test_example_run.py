@@ -57,9 +57,11 @@ def test_setup_imports_every_stage_with_its_data_and_a_review_queue_once(setting
     assert (grpo.kind, sft.kind, runs[STAGES["baseline"]].kind) == ("grpo", "sft", "eval")
     assert all(r.is_imported and "example" in r.import_info for r in runs.values())
     held_out = runs[STAGES["grpo_held_out"]]
-    assert Trajectory.objects.filter(run=held_out, split="held_out").count() == 60
+    held_out_tasks = example_manifest()["tasks"]["held_out"]
+    assert Trajectory.objects.filter(run=held_out, split="held_out").count() == held_out_tasks
     assert MetricPoint.objects.filter(run=held_out, name="success_rate").exists()
-    assert MetricPoint.objects.filter(run=grpo, split="train", name="reward").count() == 4
+    grpo_steps = example_manifest()["stages"]["grpo"]["train"]["step"]
+    assert MetricPoint.objects.filter(run=grpo, split="train", name="reward").count() == grpo_steps
     assert Checkpoint.objects.filter(run__in=[sft, grpo]).count() >= 2
     queue = ReviewQueue.objects.get(project__slug="demo", name=EXAMPLE_QUEUE)
     assert queue.items.exists() and not queue.items.filter(trajectory__passed=True).exists()
@@ -155,3 +157,20 @@ def test_the_example_experiment_decides_its_gates_on_its_own_numbers_once(settin
     _setup()
     assert Experiment.objects.filter(project__slug="demo").count() == 1
     assert TaskDataset.objects.filter(project__slug="demo", name=EXAMPLE_DATASET).count() == 1
+
+
+def test_the_shipped_example_shows_grpo_beating_sft_and_the_baseline_with_its_gates_passed(settings, tmp_path):
+    """What the demo's first page promises: the recorded recipe's GRPO checkpoint beats SFT and the base
+    model on held-out tasks, passes every gate of its experiment on those numbers, and is promoted."""
+    settings.DATA_DIR = tmp_path
+    _setup()
+    runs = {r.name: r for r in Run.objects.filter(project__slug="demo")}
+    base, sft, grpo = (_latest(runs[STAGES[s]], "success_rate", "held_out")
+                       for s in ("baseline", "sft_held_out", "grpo_held_out"))
+    assert grpo > sft > base, (base, sft, grpo)
+    experiment = Experiment.objects.get(project__slug="demo", name=EXAMPLE_EXPERIMENT)
+    assert experiment.gates_passed, experiment.gates
+    unsafe = next(g for g in experiment.gates if g["gate"] == "unsafe actions")
+    assert unsafe["rule"] == "candidate <= max(baseline, 0.05)", "the allowance the example accepts is shown"
+    alias = CheckpointAlias.objects.get(project__slug="demo", name=EXAMPLE_ALIAS)
+    assert alias.checkpoint == experiment.candidate_checkpoint

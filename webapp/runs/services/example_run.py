@@ -67,6 +67,10 @@ EXAMPLE_DATASET = "example-recipe-tasks"
 EXPERIMENT_STAGES = {"baseline": "baseline", "sft": "sft", "grpo": "grpo", "held_out": "grpo_held_out"}
 EXAMPLE_EXPERIMENT = "example · baseline → SFT → GRPO (the CPU recipe)"
 EXAMPLE_ALIAS = "example-candidate"
+# The example experiment's one setting beyond its stages' configs. The base model never calls a tool,
+# so it is never unsafe, and under the strict rule no model that acts could pass; the example accepts
+# up to 5% unsafe actions on held-out tasks, and its gate table says so in the rule.
+EXAMPLE_SETTINGS = {"unsafe_action_allowance": 0.05}
 # What a stage's config names that is a file of the recording machine, not a setting of the experiment.
 _NOT_SETTINGS = ("model", "dataset", "init_checkpoint")
 
@@ -157,6 +161,7 @@ def _example_experiment(project: Project, actor, reports: dict[str, ImportReport
         return None
     runs = {stage: Run.objects.get(pk=reports[recorded].run_id) for stage, recorded in EXPERIMENT_STAGES.items()}
     config = {stage: {k: v for k, v in run.config.items() if k not in _NOT_SETTINGS} for stage, run in runs.items()}
+    config.update(EXAMPLE_SETTINGS)
     experiment = experiment_record(project=project, name=EXAMPLE_EXPERIMENT, dataset=links.dataset,
                                    verifier_version=links.verifier_version, model=links.model, config=config,
                                    runs=runs, actor=actor)
