@@ -144,6 +144,7 @@ def test_the_example_experiment_decides_its_gates_on_its_own_numbers_once(settin
     assert experiment.state == "succeeded" and experiment.stages["held_out"]["run"] == held_out.pk
     assert {r.stage for r in experiment.runs.all()} == {"baseline", "sft", "grpo", "held_out"}
     assert experiment.candidate_checkpoint.run.name == STAGES["grpo"]
+    assert experiment.created_at == baseline.started_at < experiment.finished_at == held_out.finished_at
     gates = {g["gate"]: g for g in experiment.gates}
     success = gates["held-out success"]
     assert success["baseline"] == _latest(baseline, "success_rate", "held_out")

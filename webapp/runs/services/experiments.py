@@ -526,6 +526,9 @@ def experiment_record(
         for stage, run in runs.items():
             Run.objects.filter(pk=run.pk).update(experiment=experiment, stage=stage)
         _decide_gates(experiment)
+        # The runs' own times, so an imported experiment is not "created" after it finished.
+        started = [run.started_at for run in runs.values() if run.started_at is not None]
+        experiment.created_at = min(started, default=experiment.created_at)
         experiment.finished_at = runs["held_out"].finished_at or experiment.finished_at
         experiment.save()
     return experiment
