@@ -410,7 +410,7 @@ def test_learning_preset_is_the_cpu_recipe_and_says_what_to_expect(client, proje
     textarea = re.search(r'<textarea id="cfg-grpo"[^>]*>(.*?)</textarea>', body, re.S).group(1)
     assert json.loads(html.unescape(textarea)) == {**DEFAULT_CONFIG["grpo"], **LEARNING_CONFIG["grpo"]}
     assert 'id="exp-preset-learning" data-preset checked' in body
-    assert "too short to learn" in body and "65% after GRPO" in body
+    assert "too short to learn" in body and "65% after GRPO" in body and "59% in another (the demo's example)" in body
     assert preset_of({**DEFAULT_CONFIG, **{k: {**DEFAULT_CONFIG[k], **v} for k, v in LEARNING_CONFIG.items()}}) \
         == "learning"
     assert preset_of(DEFAULT_CONFIG) is None

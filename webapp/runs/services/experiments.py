@@ -85,7 +85,8 @@ QUICK_CONFIG = {
 
 # The CPU recipe's stages (scripts/cpu_recipe.py at its documented settings; a test keeps them equal):
 # the run that learns on a CPU. docs/training.md: 0% -> 52% (SFT) -> 65% (GRPO) held-out success on
-# the recipe's reworded requests, in 1 h 39 min on 2 cores with AMX (bf16), several hours in fp32.
+# the recipe's reworded requests in one recording, 0% -> 51.5% -> 59% in the demo's example; about
+# 1 h 30 min on 2 cores with AMX (bf16), several hours in fp32.
 LEARNING_CONFIG = {
     "common": {"max_completion_length": 96, "bf16": "auto", "device": "cpu"},
     "sft": {"kind": "sft", "max_steps": 60, "num_epochs": 10, "micro_batch_size": 4,
