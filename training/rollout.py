@@ -29,7 +29,7 @@ from transformers import (
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from training.distributed import seed_for
-from training.models import autocast_context
+from training.models import autocast_context, autocast_keeps_frozen_weight_copies
 
 FinishReason = Literal["stop", "length"]
 
@@ -381,7 +381,10 @@ class HFGenerateEngine:
         if row_seeds is not None:
             processors.append(_RowSampler(row_seeds, params.temperature, params.top_p, self.device))
         extra: dict[str, Any] = {}
-        with autocast_context(self.device, self.autocast):
+        caches_casts = self.autocast and not self.synced_gpus  # FSDP re-gathers its weights
+        with autocast_context(self.device, self.autocast), autocast_keeps_frozen_weight_copies(
+            self.model, caches_casts
+        ):
             if self._prefills(ids, n):
                 extra[cache_kwarg(self.model)] = self._prefill(ids, mask, n, params.max_new_tokens)
             out = self.model.generate(

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import torch
 
-from training.models import tiny_llama
+from training.models import apply_lora, autocast_keeps_frozen_weight_copies, tiny_llama
 from training.rollout import (
     HFGenerateEngine,
     SamplingParams,
@@ -352,3 +352,39 @@ def test_dropout_sampling_draws_from_a_perturbed_policy_and_eval_sampling_does_n
     plain = samples(False)
     assert samples(False) == plain  # same seed, eval mode: the same samples
     assert samples(True) != plain  # the same seed under dropout noise samples other tokens
+
+
+def _casts_while_generating(engine: HFGenerateEngine, params: SamplingParams) -> tuple[int, list]:
+    """dtype casts (aten::_to_copy) of one generate call, and its completions."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        groups = engine.generate(PROMPTS, params)
+    casts = sum(e.count for e in prof.key_averages() if e.key == "aten::_to_copy")
+    return casts, [[(g.completion_ids, g.logprobs) for g in group] for group in groups]
+
+
+def test_a_lora_model_under_autocast_casts_its_frozen_base_once_per_generate_not_per_token(tokenizer):
+    """LoRA's frozen float32 base was cast to bf16 again at every decoding step (autocast keeps
+    copies only of weights that require grad): it must cost what a fully trainable model does,
+    sample the same tokens, and leave the base frozen afterwards."""
+    model = apply_lora(tiny_llama(tokenizer, seed=3), r=4, alpha=8)
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    engine = HFGenerateEngine(model, tokenizer, autocast=True)
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, n=2, seed=7)
+    engine.generate(PROMPTS, params)  # the first call casts one thing once more, either way
+    frozen_casts, frozen_out = _casts_while_generating(engine, params)
+    assert {name for name, p in model.named_parameters() if p.requires_grad} == trainable
+    model.requires_grad_(True)  # every weight cacheable: the cost the frozen base must match
+    all_casts, all_out = _casts_while_generating(engine, params)
+    assert frozen_out == all_out
+    assert frozen_casts == all_casts, (frozen_casts, all_casts)  # re-cast: ~1 per Linear per token
+
+
+def test_frozen_weight_copies_are_left_alone_where_a_graph_is_recorded(tokenizer):
+    """With grad enabled, flagging the frozen base would train it: the flags must not change."""
+    model = apply_lora(tiny_llama(tokenizer, seed=3), r=4, alpha=8)
+    before = [p.requires_grad for p in model.parameters()]
+    with autocast_keeps_frozen_weight_copies(model, True):
+        assert [p.requires_grad for p in model.parameters()] == before
+    with torch.no_grad(), autocast_keeps_frozen_weight_copies(model, True):
+        assert all(p.requires_grad for p in model.parameters())
+    assert [p.requires_grad for p in model.parameters()] == before

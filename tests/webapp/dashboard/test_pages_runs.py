@@ -68,6 +68,25 @@ def test_the_run_page_has_panels_for_what_was_recorded_and_escapes_the_log(clien
     assert "data-run-active" not in finished
 
 
+def test_the_run_header_shows_held_out_success_from_its_checkpoints_evaluation_and_says_so(
+        client, project_team, runs):
+    """A GRPO run's held-out success is measured by evaluation runs of its checkpoints; its
+    header showed a bare "—" for it, as if nothing had been measured."""
+    from webapp.runs.models import Checkpoint, MetricPoint
+
+    client.force_login(project_team["viewer"])
+    slug, run = project_team["project"].slug, runs[0]
+    url = f"/p/{slug}/runs/{run.pk}/"
+    assert "data-headline-source" not in client.get(url).content.decode()
+    checkpoint = Checkpoint.objects.create(run=run, step=5, storage_uri="/c/5")
+    evaluation = Run.objects.create(project=run.project, name="held-out", kind="eval", status="succeeded",
+                                    parent_checkpoint=checkpoint, config={"eval_split": "held_out"})
+    MetricPoint.objects.create(run=evaluation, step=0, split="held_out", name="success_rate", value=0.59)
+    body = client.get(url).content.decode()
+    assert "0.590 <span class=\"muted\" data-headline-source" in body
+    assert "(the evaluation of its step-5 checkpoint)" in body
+
+
 @pytest.mark.parametrize(("role", "allowed"), [("viewer", False), ("reviewer", False), ("editor", True),
                                                ("owner", True)])
 def test_cancel_and_retry_need_an_editor(client, project_team, runs, role, allowed):

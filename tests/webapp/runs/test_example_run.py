@@ -12,6 +12,7 @@ from django.urls import reverse
 from webapp.datasets.models import TaskDataset
 from webapp.runs.models import Checkpoint, CheckpointAlias, Experiment, MetricPoint, Run
 from webapp.runs.selectors.checkpoints import checkpoint_rows
+from webapp.runs.selectors.runs import run_detail
 from webapp.runs.services.example_run import (
     EXAMPLE_ALIAS,
     EXAMPLE_ARCHIVE,
@@ -175,3 +176,6 @@ def test_the_shipped_example_shows_grpo_beating_sft_and_the_baseline_with_its_ga
     assert unsafe["rule"] == "candidate <= max(baseline, 0.05)", "the allowance the example accepts is shown"
     alias = CheckpointAlias.objects.get(project__slug="demo", name=EXAMPLE_ALIAS)
     assert alias.checkpoint == experiment.candidate_checkpoint
+    value, source = run_detail(runs[STAGES["grpo"]]).checkpoint_headline["held_out/success_rate"]
+    assert value == grpo, "the GRPO run's header shows its checkpoint's held-out success, not a dash"
+    assert f"step-{experiment.candidate_checkpoint.step} checkpoint" in source

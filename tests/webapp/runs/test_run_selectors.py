@@ -160,6 +160,25 @@ def test_headline_metrics_of_a_page_take_one_query(project, django_assert_num_qu
 # --- one run ---------------------------------------------------------------------------
 
 
+def test_run_detail_borrows_missing_evaluation_headlines_from_its_checkpoints_evaluations(project, run):
+    """A GRPO run records no held-out success: its checkpoints' evaluation runs do. The header
+    shows the latest evaluated checkpoint's number and says where it came from; a headline the
+    run recorded itself, and train metrics, are never borrowed."""
+    add_points(run, "success_rate", [0.7], split="validation")
+    early, late = (Checkpoint.objects.create(run=run, step=step, storage_uri=f"/c/{step}") for step in (10, 20))
+    for checkpoint, value in ((early, 0.4), (late, 0.59)):
+        evaluation = Run.objects.create(project=project, name=f"held-out {checkpoint.step}", kind="eval",
+                                        status="succeeded", parent_checkpoint=checkpoint,
+                                        config={"eval_split": "held_out"})
+        add_points(evaluation, "success_rate", [value], split="held_out")
+        add_points(evaluation, "success_rate", [0.99], split="validation", first_step=1)  # not its eval_split
+    detail = run_detail(run)
+    assert detail.headline["held_out/success_rate"] is None  # the run's own metrics stay its own
+    assert detail.checkpoint_headline == {
+        "held_out/success_rate": (0.59, "the evaluation of its step-20 checkpoint")}
+    assert run_detail(Run.objects.create(project=project, name="bare", kind="grpo")).checkpoint_headline == {}
+
+
 def test_run_detail_has_latest_job_checkpoints_and_eta(project, run):
     Job.objects.create(project=project, run=run, kind="grpo", state=JobState.FAILED)
     started = datetime.now(UTC) - timedelta(seconds=100)

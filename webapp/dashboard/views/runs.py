@@ -36,6 +36,8 @@ from webapp.runs.selectors.runs import (
     DEFAULT_RUN_SORT,
     HEADLINE_METRICS,
     RUN_SORT_LABELS,
+    Headline,
+    RunDetail,
     config_columns,
     config_value_text,
     metric_best,
@@ -211,9 +213,18 @@ def _detail_context(request: HttpRequest, run: Run) -> dict:
         "project": run.project, "run": run, "detail": detail, "job": job,
         "active": job is not None and (job.state in ACTIVE_JOB_STATES or job.state == "queued"),
         "can_edit": has_role(request.user, run.project, Role.EDITOR),
-        "headlines": [(h, detail.headline.get(h.key)) for h in HEADLINE_METRICS],
+        "headlines": [_headline_shown(detail, h) for h in HEADLINE_METRICS],
         "placement_problem": job_placement_problem(job) if job is not None else None,
     }
+
+
+def _headline_shown(detail: RunDetail, h: Headline) -> tuple[Headline, float | None, str]:
+    """(headline, value, source): the run's own value, else its checkpoints' evaluation's, said so."""
+    own = detail.headline.get(h.key)
+    if own is not None or h.key not in detail.checkpoint_headline:
+        return h, own, ""
+    value, source = detail.checkpoint_headline[h.key]
+    return h, value, source
 
 
 def _annotation_context(run: Run, *, tags_text: str | None = None, note: str | None = None,

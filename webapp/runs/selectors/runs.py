@@ -34,6 +34,7 @@ from django.utils import timezone
 from webapp.common.pagination import Page, keyset_page
 from webapp.projects.models import Project
 from webapp.runs.models import Checkpoint, Job, JobState, MetricPoint, Run, RunStatus, run_tag_key
+from webapp.runs.selectors.checkpoints import checkpoint_rows
 from webapp.runs.selectors.metric_direction import metric_direction
 from webapp.runs.selectors.series import DEFAULT_BUCKETS, downsample
 
@@ -262,13 +263,20 @@ def run_headline_metrics(runs: Iterable[Run]) -> dict[int, dict[str, float | Non
 
 @dataclass(frozen=True)
 class RunDetail:
-    """What the run header shows: the run, its latest job, checkpoints and headline metrics."""
+    """What the run header shows: the run, its latest job, checkpoints and headline metrics.
+
+    headline: the run's own latest values. checkpoint_headline: (value, where from) for a
+    headline the run did not record but an evaluation of one of its checkpoints did (a GRPO
+    run's held-out success lives in the evaluation runs of its checkpoints); the page shows
+    them with their source, the API keeps to the run's own metrics.
+    """
 
     run: Run
     job: Job | None
     checkpoints: list[Checkpoint]
     headline: dict[str, float | None]
     eta_seconds: float | None
+    checkpoint_headline: dict[str, tuple[float, str]] = field(default_factory=dict)
 
 
 def run_latest_job(run: Run) -> Job | None:
@@ -279,10 +287,32 @@ def run_latest_job(run: Run) -> Job | None:
 def run_detail(run: Run) -> RunDetail:
     """The run with its latest job, checkpoints (by step), headline metrics and an ETA."""
     job = run_latest_job(run)
+    checkpoints = list(run.checkpoints.order_by("step"))
+    headline = run_headline_metrics([run]).get(run.pk, {})
+    missing = [h for h in HEADLINE_METRICS if headline.get(h.key) is None]
     return RunDetail(
-        run=run, job=job, checkpoints=list(run.checkpoints.order_by("step")),
-        headline=run_headline_metrics([run]).get(run.pk, {}), eta_seconds=job_eta_seconds(job),
+        run=run, job=job, checkpoints=checkpoints, headline=headline, eta_seconds=job_eta_seconds(job),
+        checkpoint_headline=_headlines_from_checkpoints(checkpoints, missing),
     )
+
+
+def _headlines_from_checkpoints(checkpoints: list[Checkpoint], missing: list[Headline]) -> dict[str, tuple[float, str]]:
+    """Missing evaluation headlines (validation, held_out) from the run's latest checkpoint that has them.
+
+    The checkpoint table's numbers: the checkpoint's own metrics, overlaid by its latest finished
+    evaluation run and the experiment that chose it. Train metrics are never borrowed."""
+    wanted = [h for h in missing if h.split in ("validation", "held_out")]
+    if not wanted or not checkpoints:
+        return {}
+    rows = sorted(checkpoint_rows(checkpoints), key=lambda row: row.step, reverse=True)
+    found: dict[str, tuple[float, str]] = {}
+    for h in wanted:
+        for row in rows:
+            metrics = row.validation if h.split == "validation" else row.held_out
+            if h.name in metrics:
+                found[h.key] = (metrics[h.name], f"the evaluation of its step-{row.step} checkpoint")
+                break
+    return found
 
 
 def job_eta_seconds(job: Job | None, now: datetime | None = None) -> float | None:
