@@ -51,7 +51,7 @@ def test_the_runs_table_says_words_in_its_sort_menu_and_names_each_column_once(c
     body = client.get(f"/p/{project_team['project'].slug}/runs/?sort=-name").content.decode()
     assert '<option value="-name" selected>name, Z to A</option>' in body
     assert ">-created<" not in body and '<option value="-created">newest first</option>' in body
-    assert body.count("<th>Reward</th>") + body.count('<th class="num">Reward</th>') == 1
+    assert body.count(">Reward</th>") == 1
     assert "Reward curve</th>" in body
 
 
@@ -68,7 +68,7 @@ def test_the_run_page_has_panels_for_what_was_recorded_and_escapes_the_log(clien
     assert "data-run-active" not in finished
 
 
-def test_the_run_header_shows_held_out_success_from_its_checkpoints_evaluation_and_says_so(
+def test_run_header_list_and_overview_show_held_out_success_from_its_checkpoints_evaluation_and_say_so(
         client, project_team, runs):
     """A GRPO run's held-out success is measured by evaluation runs of its checkpoints; its
     header showed a bare "—" for it, as if nothing had been measured."""
@@ -85,6 +85,12 @@ def test_the_run_header_shows_held_out_success_from_its_checkpoints_evaluation_a
     body = client.get(url).content.decode()
     assert "0.590 <span class=\"muted\" data-headline-source" in body
     assert "(the evaluation of its step-5 checkpoint)" in body
+    borrowed = ('<span class="borrowed-headline" data-headline-source title="Not recorded by this run: '
+                'the evaluation of its step-5 checkpoint">0.590<sup aria-hidden="true">e</sup></span>')
+    listed = client.get(f"/p/{slug}/runs/").content.decode()
+    assert listed.count(borrowed) == 1 and "data-borrowed-note" in listed
+    assert client.get(f"/p/{slug}/").content.decode().count(borrowed) == 1
+    assert "data-borrowed-note" not in client.get(f"/p/{slug}/runs/?status=failed").content.decode()
 
 
 @pytest.mark.parametrize(("role", "allowed"), [("viewer", False), ("reviewer", False), ("editor", True),

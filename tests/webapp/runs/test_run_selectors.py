@@ -16,6 +16,7 @@ from webapp.runs.selectors.runs import (
     metric_names,
     metric_series,
     run_detail,
+    run_headline_cells,
     run_headline_metrics,
     run_list,
 )
@@ -177,6 +178,36 @@ def test_run_detail_borrows_missing_evaluation_headlines_from_its_checkpoints_ev
     assert detail.checkpoint_headline == {
         "held_out/success_rate": (0.59, "the evaluation of its step-20 checkpoint")}
     assert run_detail(Run.objects.create(project=project, name="bare", kind="grpo")).checkpoint_headline == {}
+
+
+def test_a_page_of_runs_borrows_its_checkpoints_evaluations_in_a_fixed_number_of_queries(
+        project, django_assert_max_num_queries):
+    """The runs list and the overview show the same borrowed numbers as the header, for a whole
+    page at once: the count of queries does not grow with runs or checkpoints."""
+    def grpo_run_evaluated_at(name: str, values_by_step: dict[int, float]) -> Run:
+        run = Run.objects.create(project=project, name=name, kind="grpo")
+        for step, value in values_by_step.items():
+            checkpoint = Checkpoint.objects.create(run=run, step=step, storage_uri=f"/c/{name}/{step}")
+            evaluation = Run.objects.create(project=project, name=f"{name} held-out {step}", kind="eval",
+                                            status="succeeded", parent_checkpoint=checkpoint,
+                                            config={"eval_split": "held_out"})
+            add_points(evaluation, "success_rate", [value], split="held_out")
+        return run
+
+    runs = [grpo_run_evaluated_at(f"grpo {i}", {10: 0.1 * i, 20: 0.1 * i + 0.05}) for i in range(1, 6)]
+    for run in runs:  # a later checkpoint nobody evaluated yet: the latest evaluated one (20) is shown
+        Checkpoint.objects.create(run=run, step=30, storage_uri=f"/c/{run.name}/30")
+    own = Run.objects.create(project=project, name="measured itself", kind="grpo")
+    add_points(own, "success_rate", [0.8], split="held_out")
+    page = [*runs, own]
+    with django_assert_max_num_queries(5):
+        cells = run_headline_cells(page)
+    held_out = [h.key for h in HEADLINE_METRICS].index("held_out/success_rate")
+    for i, run in enumerate(runs, start=1):
+        value, source = cells[run.pk][held_out]
+        assert (value, source) == (pytest.approx(0.1 * i + 0.05), "the evaluation of its step-20 checkpoint")
+    assert cells[own.pk][held_out] == (0.8, "")
+    assert all(source == "" for value, source in cells[own.pk])
 
 
 def test_run_detail_has_latest_job_checkpoints_and_eta(project, run):

@@ -18,7 +18,7 @@ from webapp.runs.selectors.jobs import job_list, queued_job_count
 from webapp.runs.selectors.overview import project_progress
 from webapp.runs.selectors.runs import (
     HEADLINE_METRICS,
-    run_headline_metrics,
+    run_headline_cells,
     run_list,
     running_run_count,
 )
@@ -67,13 +67,13 @@ def start_steps(project: Project) -> list[StartStep]:
 def project_overview(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_project_or_404(request.user, slug)
     runs = run_list(project, limit=8).items
-    headline = run_headline_metrics(runs)
+    headline = run_headline_cells(runs)
     steps = start_steps(project)
     context = {
         "project": project,
         "role": role_in(request.user, project),
         "can_edit": has_role(request.user, project, Role.EDITOR),
-        "runs": [(run, [headline.get(run.pk, {}).get(h.key) for h in HEADLINE_METRICS]) for run in runs],
+        "runs": [(run, headline[run.pk]) for run in runs],
         "headlines": HEADLINE_METRICS,
         "running_jobs": job_list(project, state="running", limit=10).items,
         "queued_jobs": queued_job_count(project),

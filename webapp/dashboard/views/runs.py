@@ -40,11 +40,12 @@ from webapp.runs.selectors.runs import (
     RunDetail,
     config_columns,
     config_value_text,
+    headline_cell,
     metric_best,
     metric_latest,
     metric_names,
     run_detail,
-    run_headline_metrics,
+    run_headline_cells,
     run_latest_jobs,
     run_list,
     run_sparklines,
@@ -167,11 +168,11 @@ def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     except (ValueError, CursorError) as exc:
         page, error = Page(items=[], next_cursor=None), str(exc)
     runs = page.items
-    headline = run_headline_metrics(runs)
+    headline = run_headline_cells(runs)
     sparklines = run_sparklines(runs)
     jobs = run_latest_jobs(runs)
     query = query_without_after(request)
-    rows = [{"run": run, "headline": [headline.get(run.pk, {}).get(h.key) for h in HEADLINE_METRICS],
+    rows = [{"run": run, "headline": headline[run.pk],
              "sparkline": json.dumps(sparklines.get(run.pk, [])), "job": jobs.get(run.pk),
              "tags": [(tag, _tag_filter_query(query, tags, tag)) for tag in _stored_tags(run)],
              "config": [(column, config_value_text(run.config, column.key)) for column in columns]} for run in runs]
@@ -185,6 +186,7 @@ def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
         "table_columns": 10 + len(HEADLINE_METRICS) + len(columns),
         "kinds": RunKind.choices, "statuses": RunStatus.choices, "can_edit": has_role(request.user, project, Role.EDITOR),
         "new_run_url": reverse("dashboard:run_new", args=[slug]) if has_page("dashboard:run_new") else None,
+        "any_borrowed": any(source for row in rows for _, source in row["headline"]),
         "any_active": any(run.status in (RunStatus.QUEUED, RunStatus.RUNNING) for run in runs),
     }
     if request.htmx:
@@ -219,12 +221,8 @@ def _detail_context(request: HttpRequest, run: Run) -> dict:
 
 
 def _headline_shown(detail: RunDetail, h: Headline) -> tuple[Headline, float | None, str]:
-    """(headline, value, source): the run's own value, else its checkpoints' evaluation's, said so."""
-    own = detail.headline.get(h.key)
-    if own is not None or h.key not in detail.checkpoint_headline:
-        return h, own, ""
-    value, source = detail.checkpoint_headline[h.key]
-    return h, value, source
+    """(headline, value, source) for the run header."""
+    return (h, *headline_cell(detail.headline, detail.checkpoint_headline, h))
 
 
 def _annotation_context(run: Run, *, tags_text: str | None = None, note: str | None = None,

@@ -137,19 +137,45 @@ def checkpoint_rows(checkpoints: list[Checkpoint]) -> list[CheckpointRow]:
         return []
     ids = [c.pk for c in checkpoints]
     aliases = _aliases_by_checkpoint(ids)
-    chosen = {cid: _deciding_experiment(exps) for cid, exps in _experiments_by_candidate(ids).items()}
-    held_out = _held_out_metrics_by_run(e for e in chosen.values() if e is not None)
-    evaluations = _evaluations_by_checkpoint(ids)
+    chosen, measured = _measured_metrics(checkpoints)
     kept = _kept_steps({c.run_id: c.run for c in checkpoints})
     return [
-        _row(c, experiment=chosen.get(c.pk), held_out=held_out, aliases=aliases.get(c.pk, []),
-             kept=kept.get(c.run_id, set()), evaluations=evaluations.get(c.pk, {}))
+        _row(c, experiment=chosen.get(c.pk), measured=measured[c.pk], aliases=aliases.get(c.pk, []),
+             kept=kept.get(c.run_id, set()))
         for c in checkpoints
     ]
 
 
-def _row(checkpoint: Checkpoint, *, experiment: Experiment | None, held_out: Mapping[int, dict[str, float]],
-         aliases: list[str], kept: set[int], evaluations: Mapping[str, dict[str, float]]) -> CheckpointRow:
+@dataclass(frozen=True)
+class MeasuredMetrics:
+    """A checkpoint's validation and held-out metrics and its experiment's baseline (see CheckpointRow)."""
+
+    validation: dict[str, float]
+    held_out: dict[str, float]
+    baseline: dict[str, float]
+
+
+def checkpoint_measured_metrics(checkpoints: list[Checkpoint]) -> dict[int, MeasuredMetrics]:
+    """The checkpoint table's validation, held-out and baseline numbers per checkpoint id.
+
+    Three queries whatever the number of checkpoints, and no look at their folders: what a
+    page of runs needs to show the evaluations of their checkpoints.
+    """
+    return _measured_metrics(checkpoints)[1]
+
+
+def _measured_metrics(checkpoints: list[Checkpoint]) -> tuple[dict[int, Experiment | None], dict[int, MeasuredMetrics]]:
+    if not checkpoints:
+        return {}, {}
+    ids = [c.pk for c in checkpoints]
+    chosen = {cid: _deciding_experiment(exps) for cid, exps in _experiments_by_candidate(ids).items()}
+    held_out = _held_out_metrics_by_run(e for e in chosen.values() if e is not None)
+    evaluations = _evaluations_by_checkpoint(ids)
+    return chosen, {c.pk: _measured(c, chosen.get(c.pk), held_out, evaluations.get(c.pk, {})) for c in checkpoints}
+
+
+def _measured(checkpoint: Checkpoint, experiment: Experiment | None, held_out: Mapping[int, dict[str, float]],
+              evaluations: Mapping[str, dict[str, float]]) -> MeasuredMetrics:
     own = checkpoint.metrics if isinstance(checkpoint.metrics, dict) else {}
     candidate = {**_prefixed(own, HELD_OUT_PREFIX), **evaluations.get(HELD_OUT_SPLIT, {})}
     validation = {**_prefixed(own, VALIDATION_PREFIX), **evaluations.get(VALIDATION_SPLIT, {})}
@@ -157,6 +183,12 @@ def _row(checkpoint: Checkpoint, *, experiment: Experiment | None, held_out: Map
     if experiment is not None:
         candidate = {**candidate, **held_out.get(_stage_run(experiment, "held_out"), {})}
         baseline = dict(held_out.get(_stage_run(experiment, "baseline"), {}))
+    return MeasuredMetrics(validation=validation, held_out=candidate, baseline=baseline)
+
+
+def _row(checkpoint: Checkpoint, *, experiment: Experiment | None, measured: MeasuredMetrics,
+         aliases: list[str], kept: set[int]) -> CheckpointRow:
+    validation, candidate, baseline = measured.validation, measured.held_out, measured.baseline
     deltas = {name: candidate[name] - baseline[name] for name in sorted(candidate.keys() & baseline.keys())}
     run = checkpoint.run
     return CheckpointRow(
