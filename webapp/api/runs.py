@@ -183,7 +183,10 @@ class CheckpointOut(Schema):
 
 
 class RunDetailOut(RunOut):
-    config: dict
+    config: dict = Field(description="The config as submitted: only the fields the run set.")
+    resolved_config: dict | None = Field(description=(
+        "The config as launched: every field, training's defaults filled in as they were resolved when the "
+        "run was created (or imported); null where that was not recorded."))
     job: JobOut | None = Field(description="The run's latest job: the one cancel and retry act on.")
     checkpoints: list[CheckpointOut]
     eta_seconds: float | None
@@ -286,7 +289,8 @@ def _run_out(run: Run, headline: dict[str, float | None]) -> dict[str, Any]:
 
 
 def _detail_out(detail: RunDetail) -> dict[str, Any]:
-    return {**_run_out(detail.run, detail.headline), "config": detail.run.config, "job": detail.job,
+    return {**_run_out(detail.run, detail.headline), "config": detail.run.config,
+            "resolved_config": detail.run.resolved_config, "job": detail.job,
             "checkpoints": detail.checkpoints, "eta_seconds": detail.eta_seconds}
 
 

@@ -84,6 +84,12 @@ class Run(models.Model):
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=8, choices=RunKind.choices)
     config = models.JSONField(default=dict, help_text="Validated against training.config's schema.")
+    resolved_config = models.JSONField(
+        null=True, blank=True,
+        help_text="The config with every default filled in as training resolved it at launch (or at import); "
+                  "null where that is not known (a run created before it was recorded, a config that did not "
+                  "validate on its own).",
+    )
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.DRAFT)
     dataset = models.ForeignKey(TaskDataset, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
     verifier_version = models.ForeignKey(VerifierVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")

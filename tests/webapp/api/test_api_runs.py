@@ -125,6 +125,10 @@ def test_create_saves_the_run_and_its_job_together(client, world, bearer, django
     assert body["dataset"]["version"] == 1 and body["verifier"]["name"] == "exact" and body["model"] == "tiny"
     assert run.parent_checkpoint_id == world["checkpoint"].pk and run.created_by.username == "editor"
     assert len(callbacks) == 1  # the worker is woken only after the commit
+    # as submitted, and as launched: every field, the defaults and the linked rows' values filled in
+    assert body["config"] == RUN_BODY["config"] and body["resolved_config"] == run.resolved_config
+    assert body["resolved_config"]["init_checkpoint"] == world["checkpoint"].storage_uri
+    assert "learning_rate" not in body["config"] and body["resolved_config"]["learning_rate"] > 0
 
 
 def test_create_takes_the_latest_dataset_version_by_default(client, world, bearer, django_capture_on_commit_callbacks):

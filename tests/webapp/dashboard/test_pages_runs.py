@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from webapp.dashboard.views.runs import config_rows, run_panels
@@ -157,9 +159,47 @@ def test_system_metrics_get_their_own_panels_per_split():
 
 
 def test_config_rows_flag_differences_and_missing_keys():
-    rows = {r["key"]: r for r in config_rows([{"lr": 1, "seed": 2}, {"lr": 2, "seed": 2, "beta": 0.1}])}
+    rows = {r["key"]: r for r in config_rows([{"lr": 1, "seed": 2}, {"lr": 2, "seed": 2, "beta": 0.1}],
+                                             [{"seed"}, set()])}
     assert rows["lr"]["differs"] and not rows["seed"]["differs"]
-    assert rows["beta"]["values"] == ["—", "0.1"] and rows["beta"]["differs"]
+    assert rows["beta"]["values"] == [("—", False), ("0.1", False)] and rows["beta"]["differs"]
+    assert rows["seed"]["values"] == [("2", True), ("2", False)]
+
+
+def test_runs_table_and_compare_show_the_config_as_launched_with_defaults_marked(client, project_team):
+    """A run launched with {} trained with training's default learning rate: the table showed "–"
+    and the compare page "—", as if it had none. Both now show the launched value, greyed as a
+    default; a run that set the same value itself is not greyed, and the two do not differ."""
+    project, owner = project_team["project"], project_team["owner"]
+    model = ModelSpec.objects.create(project=project, name="tiny", hf_id="x/tiny")
+
+    def launch(name: str, config: dict) -> Run:
+        checked = run_config_check(config, project=project, kind="grpo", model=model)
+        return run_create(name=name, checked=checked, actor=owner, start=False)[0]
+
+    silent = launch("silent", {})
+    default_lr = silent.resolved_config["learning_rate"]
+    assert silent.config == {} and isinstance(default_lr, float)
+    explicit = launch("explicit", {"learning_rate": default_lr})
+    faster = launch("faster", {"learning_rate": default_lr * 4})
+    client.force_login(project_team["viewer"])
+    body = client.get(f"/p/{project.slug}/runs/?cols=learning_rate,model").content.decode()
+    shown = json.dumps(default_lr)
+    assert body.count('data-col="learning_rate"><span class="muted" data-config-default') == 1
+    assert f'data-col="learning_rate">{shown}</td>' in body  # explicit
+    assert f'data-col="learning_rate">{json.dumps(default_lr * 4)}</td>' in body
+    assert 'data-col="model">x/tiny</td>' in body  # set by the model link, not a default
+
+    compare = client.get(f"/p/{project.slug}/runs/compare/?ids={silent.pk},{explicit.pk},{faster.pk}")
+    page = compare.content.decode()
+    row = page.split('data-key="learning_rate"', 1)[1].split("</tr>", 1)[0]
+    assert row.count("data-config-default") == 1 and row.count(f">{shown}</td>") == 2
+    pair = client.get(f"/p/{project.slug}/runs/compare/?ids={silent.pk},{explicit.pk}").content.decode()
+    assert '<tr class="same" data-key="learning_rate">' in pair
+    assert '<tr class="differs" data-key="learning_rate">' in page
+
+    detail = client.get(f"/p/{project.slug}/runs/{silent.pk}/").content.decode()
+    assert "data-launched-config" in detail and f"&quot;learning_rate&quot;: {shown}" in detail
 
 
 def test_best_follows_each_metrics_direction(project_team):

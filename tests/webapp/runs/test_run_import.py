@@ -23,6 +23,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from tests.training.conftest import tiny_model_dir, tokenizer  # noqa: F401  (fixtures)
+from training.config import config_to_dict, validate_run_config
 from training.events import EventWriter, read_events
 from webapp.runs.models import Checkpoint, MetricPoint, ModelSpec, Run, RunStatus
 from webapp.runs.services import run_import as service
@@ -130,6 +131,7 @@ def test_a_real_run_folder_imports_every_event(project_team, run_copy, tiny_mode
     # No config at the folder's top: the checkpoint's run_config.json, valid under the current schema.
     assert report.config_source == "checkpoints/step_2/run_config.json" and not report.config_problems
     assert run.config["max_steps"] == 2 and run.config["num_generations_per_prompt"] == 2
+    assert run.resolved_config == config_to_dict(validate_run_config(run.config)), "as launched, defaults filled in"
     assert run.started_at.timestamp() == pytest.approx(events[0]["time"])
     assert run.finished_at.timestamp() == pytest.approx(events[-1]["time"])
     text = "\n".join(report.lines_text())
@@ -226,6 +228,7 @@ def test_a_config_the_schema_refuses_is_stored_and_reported(project_team, run_co
     assert report.config_source == "run.json"
     assert report.config_problems and "num_generation" in report.config_problems[0]
     assert run.config == {"kind": "grpo", "num_generation": 4, "max_steps": 2}
+    assert run.resolved_config is None, "a config that does not validate has no launched form to show"
     assert run.import_info["config_problems"] == report.config_problems
     assert Trajectory.objects.filter(run=run).count() == 8
 

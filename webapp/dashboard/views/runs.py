@@ -38,9 +38,11 @@ from webapp.runs.selectors.runs import (
     RUN_SORT_LABELS,
     Headline,
     RunDetail,
+    config_cell,
     config_columns,
-    config_value_text,
+    config_defaulted,
     headline_cell,
+    launched_config,
     metric_best,
     metric_latest,
     metric_names,
@@ -175,7 +177,7 @@ def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     rows = [{"run": run, "headline": headline[run.pk],
              "sparkline": json.dumps(sparklines.get(run.pk, [])), "job": jobs.get(run.pk),
              "tags": [(tag, _tag_filter_query(query, tags, tag)) for tag in _stored_tags(run)],
-             "config": [(column, config_value_text(run.config, column.key)) for column in columns]} for run in runs]
+             "config": [(column, *config_cell(run, column.key)) for column in columns]} for run in runs]
     context = {
         "project": project, "rows": rows, "page": page, "filters": filters, "sort": sort, "sorts": RUN_SORT_LABELS,
         "filter_error": error, "query": query, "headlines": HEADLINE_METRICS,
@@ -252,6 +254,8 @@ def _render_detail_page(request: HttpRequest, run: Run, annotation: dict, status
         panels=run_panels(metric_names(run), expect=FIRST_CURVE.get(run.kind) if context["active"] else None),
         latest=metric_latest(run),
         config_json=json.dumps(run.config, indent=2, sort_keys=True),
+        launched_config_json=(json.dumps(run.resolved_config, indent=2, sort_keys=True)
+                              if isinstance(run.resolved_config, dict) else ""),
         step_url=f"{trajectories}?run={run.pk}" if trajectories else "",
         smoothing=_bounded_float(request.GET.get("smoothing"), 0.6), x_axis=request.GET.get("x", "step"),
         smooth_method=request.GET.get("smooth", "ema"),
@@ -341,16 +345,27 @@ def _compare_ids(raw: str) -> list[int]:
     return ids
 
 
-def config_rows(configs: list[dict]) -> list[dict]:
-    """Every config key of the compared runs with each run's value, flagged when they differ."""
+def config_rows(configs: list[dict], defaults: list[set[str]] | None = None) -> list[dict]:
+    """Every config key of the compared runs with each run's (value, is training's default), flagged
+    when the values differ; `defaults` holds, per run, the keys whose value it did not set."""
+    defaults = defaults if defaults is not None else [set() for _ in configs]
     keys = sorted({key for config in configs for key in config})
     missing = object()
     rows = []
     for key in keys:
         values = [config.get(key, missing) for config in configs]
         shown = ["—" if v is missing else json.dumps(v, sort_keys=True) for v in values]
-        rows.append({"key": key, "values": shown, "differs": len(set(shown)) > 1})
+        rows.append({"key": key, "values": [(text, key in keys_defaulted) for text, keys_defaulted in
+                                            zip(shown, defaults, strict=True)],
+                     "differs": len(set(shown)) > 1})
     return rows
+
+
+def _launched_config_rows(runs: list[Run]) -> list[dict]:
+    """The compare page's config table: each run's launched config, its defaults marked."""
+    configs = [launched_config(run) for run in runs]
+    defaults = [{key for key in config if config_defaulted(run, key)} for run, config in zip(runs, configs, strict=True)]
+    return config_rows(configs, defaults)
 
 
 def _compare_cell(group: SeedGroup, latest: dict, best: dict, key: tuple[str, str]) -> dict:
@@ -385,7 +400,7 @@ def run_compare_page(request: HttpRequest, slug: str) -> HttpResponse:
     chart_groups = [{"runs": group.run_ids, "label": group.label} for group in groups if group.is_group]
     context = {
         "project": project, "runs": runs, "ids": ",".join(map(str, ids)), "too_few": len(runs) < 2,
-        "panels": run_panels(recorded), "config_rows": config_rows([run.config for run in runs]),
+        "panels": run_panels(recorded), "config_rows": _launched_config_rows(runs),
         "only_differences": request.GET.get("diff", "1") != "0", "summary": summary,
         "groups": groups, "group_by_seed": by_seed, "any_group": bool(chart_groups),
         "seed_groups_data": {"project": project.slug, "groups": chart_groups},

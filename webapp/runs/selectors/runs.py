@@ -38,6 +38,7 @@ from webapp.runs.models import Checkpoint, Job, JobState, MetricPoint, Run, RunS
 from webapp.runs.selectors.checkpoints import checkpoint_measured_metrics
 from webapp.runs.selectors.metric_direction import metric_direction
 from webapp.runs.selectors.series import DEFAULT_BUCKETS, downsample
+from webapp.runs.services.run_config import LINKED_CONFIG_KEYS
 
 
 class SeriesError(ValueError):
@@ -212,6 +213,26 @@ def config_value_text(config: object, key: str) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     return json.dumps(value, sort_keys=True)
+
+
+def launched_config(run: Run) -> dict:
+    """The config the run was launched with: every default filled in where that was recorded
+    (resolved_config), else the config as submitted."""
+    if isinstance(run.resolved_config, dict):
+        return run.resolved_config
+    return run.config if isinstance(run.config, dict) else {}
+
+
+def config_defaulted(run: Run, key: str) -> bool:
+    """Whether `key`'s launched value is training's default: neither the submitted config nor a
+    linked row (model, dataset, verifier, start checkpoint) set it."""
+    submitted = run.config if isinstance(run.config, dict) else {}
+    return submitted.get(key) is None and key not in LINKED_CONFIG_KEYS and launched_config(run).get(key) is not None
+
+
+def config_cell(run: Run, key: str) -> tuple[str | None, bool]:
+    """(text, defaulted) of one config column for the runs table."""
+    return config_value_text(launched_config(run), key), config_defaulted(run, key)
 
 
 # ---------------------------------------------------------------------------------------

@@ -19,7 +19,13 @@ from django.db import transaction
 
 from environments.registry import canonical_verifier_name
 from environments.types import Task as EnvTask
-from training.config import ConfigError, ConfigProblem, RunConfig, validate_run_config
+from training.config import (
+    ConfigError,
+    ConfigProblem,
+    RunConfig,
+    config_to_dict,
+    validate_run_config,
+)
 from webapp.datasets.models import TaskDataset
 from webapp.projects.models import Project
 from webapp.runs.models import Checkpoint, Job, ModelSpec, Run
@@ -49,6 +55,11 @@ PATH_KEYS = {
 }
 # Verifiers whose config makes the server call a URL: only a saved verifier of the project may use them.
 URL_VERIFIERS = frozenset({"llm_judge"})
+
+
+LINKED_CONFIG_KEYS = frozenset(
+    {"kind", "dataset", "environment", "verifier", "model", "model_gguf_file", "init_checkpoint"})
+"""Config keys a run's linked rows may write (_config_with_links): set by the run, never a default."""
 
 
 def _config_with_links(
@@ -216,11 +227,23 @@ def run_config_problems(
     return ConfigError(problems).by_field() if problems else {}
 
 
+def resolved_run_config(config: dict, *, kind: str) -> dict | None:
+    """An imported run's config with every default filled in, or None when it does not validate on its own.
+
+    A worker's run.json names its model and dataset itself, so it resolves without the rows a
+    new run links; a hand-written config that needs them stays as it was given.
+    """
+    resolved, _problems = _check(config, kind=kind, dataset=None, verifier_version=None, model=None,
+                                 parent_checkpoint=None, project=None)
+    return config_to_dict(resolved) if resolved is not None else None
+
+
 @transaction.atomic
 def run_create(*, name: str, checked: CheckedRunConfig, actor, start: bool = True) -> tuple[Run, Job | None]:
     """Save the run of a checked config and queue its job; the config is not validated again."""
     run = Run.objects.create(
-        project=checked.project, name=name, kind=checked.kind, config=checked.config, dataset=checked.dataset,
+        project=checked.project, name=name, kind=checked.kind, config=checked.config,
+        resolved_config=config_to_dict(checked.resolved), dataset=checked.dataset,
         verifier_version=checked.verifier_version, model=checked.model, parent_checkpoint=checked.parent_checkpoint,
         created_by=actor,
     )

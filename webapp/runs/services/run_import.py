@@ -82,7 +82,7 @@ from webapp.datasets.models import TaskDataset
 from webapp.projects.models import Project
 from webapp.runs.models import Checkpoint, MetricPoint, ModelSpec, Run, RunKind, RunStatus
 from webapp.runs.services.ingest import EventIngestor
-from webapp.runs.services.run_config import run_config_problems
+from webapp.runs.services.run_config import resolved_run_config, run_config_problems
 from webapp.verifiers.models import VerifierVersion
 
 __all__ = ["IMPORT_JOB_KIND", "ImportReport", "RunImportError", "UploadLimitHandler", "declared_too_large",
@@ -761,6 +761,7 @@ class _ImportState:
                 with transaction.atomic():
                     run = Run.objects.create(
                         project=self.project, name=self.name, kind=self.report.kind, config=self.config,
+                        resolved_config=resolved_run_config(self.config, kind=self.report.kind) if self.config else None,
                         status=self.status, model=self.links.model or self._model(), created_by=self.actor,
                         dataset=self.links.dataset, verifier_version=self.links.verifier_version,
                         parent_checkpoint=_parent_checkpoint(self.project, self.config), import_key=self.key,
