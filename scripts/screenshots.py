@@ -151,14 +151,16 @@ def seed(password: str) -> dict:
     setup = make_pipeline_project(project, owner, tasks=8)
     dataset, verifier, model = setup
     baseline = make_pipeline_run(project, owner, name="grpo baseline", steps=8, setup=setup)
-    improved = make_pipeline_run(project, owner, name="grpo lr 2e-5", steps=8, improving=True, setup=setup)
+    improved = make_pipeline_run(project, owner, name="grpo lr 2e-5", steps=8, improving=True, setup=setup,
+                                 config={"learning_rate": 2e-5})
     make_pipeline_run(project, owner, name="eval held-out (before)", kind="eval", split="held_out", steps=1,
                       setup=setup)
     make_pipeline_run(project, owner, name="eval held-out (after)", kind="eval", split="held_out", steps=1,
                       improving=True, setup=setup)
-    make_pipeline_run(project, owner, name="grpo lr 5e-5", steps=3, setup=setup, finish=False)
-    run_annotate(run=baseline, actor=owner, tags=["baseline", "workplace"], note="the learning rate of the recipe")
-    run_annotate(run=improved, actor=owner, tags=["lr sweep", "workplace"], note="4x the recipe's learning rate")
+    make_pipeline_run(project, owner, name="grpo lr 5e-5", steps=3, setup=setup, finish=False,
+                      config={"learning_rate": 5e-5})
+    run_annotate(run=baseline, actor=owner, tags=["baseline", "workplace"], note="the default learning rate")
+    run_annotate(run=improved, actor=owner, tags=["lr sweep", "workplace"], note="twice the default learning rate")
     with contextlib.suppress(WebhookError):  # the URL must pass the operator's SSRF rule at save
         webhook_create(project=project, actor=owner, name="team channel", url="https://hooks.slack.com/services/T0/B0/x",
                        format="slack", events=["run.failed", "experiment.decided"])

@@ -110,10 +110,10 @@ def make_pipeline_project(project, actor, *, hostile: bool = False, tasks: int =
 
 def make_pipeline_run(project, actor, *, name: str = "grpo quick", kind: str = "grpo", steps: int = 3,
                       split: str = "train", hostile: bool = False, improving: bool = False,
-                      setup=None, finish: bool = True) -> Run:
+                      setup=None, finish: bool = True, config: dict | None = None) -> Run:
     """A run whose trajectories were scored by the real verifier and ingested as a worker would."""
     dataset, verifier, model = setup or make_pipeline_project(project, actor, hostile=hostile)
-    checked = run_config_check({}, project=project, kind=kind, model=model, dataset=dataset,
+    checked = run_config_check(config or {}, project=project, kind=kind, model=model, dataset=dataset,
                                verifier_version=verifier.latest_version)
     run, job = run_create(name=name, checked=checked, actor=actor)
     claimed = js.job_claim(job_id=job.pk, worker="test-worker")
