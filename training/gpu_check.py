@@ -302,10 +302,14 @@ def _free_gpu_memory(device: str) -> None:
 
 
 def _training_phase(config: dict[str, Any], out: Path) -> Callable[[PhaseResult], None]:
+    """One run from scratch. An earlier check's folder is removed first: `python -m training run`
+    would resume it (a finished run trains nothing), and the phase would time no step."""
     def work(result: PhaseResult) -> None:
         from training.cli import run_command
 
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
         config_path = out / "run.json"
         config_path.write_text(json.dumps(config, indent=2))
         code = run_command(str(config_path), str(out))

@@ -36,6 +36,13 @@ def test_every_phase_passes_on_a_cpu_and_the_table_says_so(tokenizer, tmp_path):
     assert phases["export"]["detail"]["parameters"] > 0
     assert (tmp_path / "merged" / "config.json").is_file()
 
+    # Run again into the same folder (the default one is): each phase starts afresh, so the
+    # resume phase still finds a checkpoint one step back and the timings are of real steps.
+    again = _gpu_check("--device", "cpu", "--out", str(tmp_path), "--phases", "sft,grpo,resume", *SMALL)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    rerun = {p["phase"]: p for p in json.loads((tmp_path / "gpu-check.json").read_text())["phases"]}
+    assert rerun["grpo"]["generated_tokens_per_second"] > 0 and rerun["sft"]["trained_tokens_per_second"] > 0
+
 
 def test_a_failing_phase_is_named_and_the_exit_status_is_non_zero(tokenizer, tmp_path):
     result = _gpu_check("--device", "cpu", "--out", str(tmp_path), "--model", str(tmp_path / "no-such-model"),
