@@ -153,6 +153,11 @@ def test_importing_twice_changes_nothing_and_says_so(project_team, run_copy):
     third = run_import_zip(project=project, archive=io.BytesIO(_zip_folder(run_copy)), actor=owner,
                            archive_name="grpo-run.zip")
     assert third.run_id == first.run_id and third.nothing_new and _snapshot(run) == before
+    # A run imported before launched configs were kept gets its own on the next import, and only that.
+    launched = Run.objects.get(pk=run.pk).resolved_config
+    Run.objects.filter(pk=run.pk).update(resolved_config=None)
+    fourth = run_import(project=project, run_dir=run_copy, actor=owner)
+    assert fourth.nothing_new and Run.objects.get(pk=run.pk).resolved_config == launched is not None
     # Left without its checkpoint folders (and so without a config), it is still the same run.
     fourth = run_import_zip(project=project, archive=io.BytesIO(_zip_folder(run_copy, checkpoints=False)),
                             actor=owner)

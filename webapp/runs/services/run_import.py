@@ -771,6 +771,10 @@ class _ImportState:
                 self.report.created = True
             except IntegrityError:  # imported concurrently by someone else a moment ago
                 run = Run.objects.get(project=self.project, import_key=self.key)
+        elif run.resolved_config is None and self.config:  # imported before launched configs were kept
+            run.resolved_config = resolved_run_config(self.config, kind=run.kind)
+            if run.resolved_config is not None:
+                run.save(update_fields=["resolved_config"])
         self.run = run
         self.ingestor = EventIngestor(run, attempt=1)
         self.report.run_id, self.report.run_name, self.report.kind = run.pk, run.name, run.kind
