@@ -173,8 +173,8 @@ def test_runs_table_and_compare_show_the_config_as_launched_with_defaults_marked
     project, owner = project_team["project"], project_team["owner"]
     model = ModelSpec.objects.create(project=project, name="tiny", hf_id="x/tiny")
 
-    def launch(name: str, config: dict) -> Run:
-        checked = run_config_check(config, project=project, kind="grpo", model=model)
+    def launch(name: str, config: dict, kind: str = "grpo") -> Run:
+        checked = run_config_check(config, project=project, kind=kind, model=model)
         return run_create(name=name, checked=checked, actor=owner, start=False)[0]
 
     silent = launch("silent", {})
@@ -182,8 +182,11 @@ def test_runs_table_and_compare_show_the_config_as_launched_with_defaults_marked
     assert silent.config == {} and isinstance(default_lr, float)
     explicit = launch("explicit", {"learning_rate": default_lr})
     faster = launch("faster", {"learning_rate": default_lr * 4})
+    launch("an evaluation", {}, kind="eval")  # a learning rate means nothing to it
     client.force_login(project_team["viewer"])
     body = client.get(f"/p/{project.slug}/runs/?cols=learning_rate,model").content.decode()
+    assert body.count('data-col="learning_rate"><span class="muted" data-config-na title="Does not apply to '
+                      'eval runs">n/a</span>') == 1
     shown = json.dumps(default_lr)
     assert body.count('data-col="learning_rate"><span class="muted" data-config-default') == 1
     assert f'data-col="learning_rate">{shown}</td>' in body  # explicit

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import itemgetter
+from typing import Literal
 
 from django.db import connection
 from django.db.models import (
@@ -33,6 +34,7 @@ from django.db.models import (
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from training.config import RUN_CONFIG_SCHEMA
 from webapp.common.pagination import Page, keyset_page
 from webapp.projects.models import Project
 from webapp.runs.models import (
@@ -241,9 +243,24 @@ def config_defaulted(run: Run, key: str) -> bool:
     return submitted.get(key) is None and key not in LINKED_CONFIG_KEYS and launched_config(run).get(key) is not None
 
 
-def config_cell(run: Run, key: str) -> tuple[str | None, bool]:
-    """(text, defaulted) of one config column for the runs table."""
-    return config_value_text(launched_config(run), key), config_defaulted(run, key)
+def config_field_applies(key: str, kind: str) -> bool:
+    """Whether a run config field means something for a run of this kind (the schema's x-kinds)."""
+    kinds = RUN_CONFIG_SCHEMA["properties"].get(key, {}).get("x-kinds")
+    return kinds is None or kind in kinds
+
+
+ConfigCellState = Literal["set", "default", "n/a"]
+"""set: the run's config or a linked row gave it; default: training's, at launch; n/a: a default
+of a field that means nothing for the run's kind (an eval run's learning rate)."""
+
+
+def config_cell(run: Run, key: str) -> tuple[str | None, ConfigCellState]:
+    """(text, state) of one config column for the runs table."""
+    if not config_defaulted(run, key):
+        return config_value_text(launched_config(run), key), "set"
+    if not config_field_applies(key, run.kind):
+        return None, "n/a"
+    return config_value_text(launched_config(run), key), "default"
 
 
 # ---------------------------------------------------------------------------------------
