@@ -349,11 +349,11 @@ def checkpoint_headlines(runs: Iterable[Run], headline: Mapping[int, Mapping[str
                          ) -> dict[int, dict[str, tuple[float, str]]]:
     """Per run, its missing evaluation headlines (validation, held_out) from its checkpoints' evaluations.
 
-    `headline` is run_headline_metrics' answer for the same runs. A value comes from the run's
-    latest checkpoint that has it, as the checkpoint table shows it (its own metrics, overlaid by
-    its latest finished evaluation run and the experiment that chose it), with the words that say
-    where from. Train metrics are never borrowed. Four queries for a page of runs, and none when
-    every run recorded its own.
+    `headline` is run_headline_metrics' answer for the same runs. A value comes from the latest of
+    the run's checkpoints that an evaluation run or an experiment measured (_measured_checkpoints),
+    as the checkpoint table shows it (its own metrics, overlaid by its latest finished evaluation
+    run and the experiment that chose it), with the words that say where from. Train metrics are
+    never borrowed. Four queries for a page of runs, and none when every run recorded its own.
     """
     wanted = {run.pk: [h for h in HEADLINE_METRICS if h.split in ("validation", "held_out")
                        and headline.get(run.pk, {}).get(h.key) is None] for run in runs}
