@@ -204,6 +204,13 @@ def test_runs_table_and_compare_show_the_config_as_launched_with_defaults_marked
     detail = client.get(f"/p/{project.slug}/runs/{silent.pk}/").content.decode()
     assert "data-launched-config" in detail and f"&quot;learning_rate&quot;: {shown}" in detail
 
+    # A hostile text value is escaped in the table, the compare page and the launched config.
+    hostile = launch("hostile", {"checkpoint_metric": f"validation/{HOSTILE}"})
+    pages = [client.get(f"/p/{project.slug}/runs/compare/?ids={silent.pk},{hostile.pk}").content.decode(),
+             client.get(f"/p/{project.slug}/runs/{hostile.pk}/").content.decode()]
+    for page in pages:
+        assert "<script>alert(" not in page and "&lt;script&gt;alert(" in page
+
 
 def test_best_follows_each_metrics_direction(project_team):
     """The best loss is the lowest, the best success the highest; the learning rate has none."""
