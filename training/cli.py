@@ -35,6 +35,7 @@ from training.distributed import (
     World,
     clear_ranks,
     die_with_parent,
+    end_rank_process,
     is_peer_failure,
     join_world,
     launch,
@@ -116,7 +117,7 @@ def run_command(config: str, out: str, rendezvous: Rendezvous | None = None) -> 
     run_dir = Path(out)
     run_dir.mkdir(parents=True, exist_ok=True)
     if launched_by_torchrun():
-        return _run_rank(config, run_dir)
+        end_rank_process(_run_rank(config, run_dir))
     events = EventWriter(run_dir)
     try:
         events.attempt = _attempt()

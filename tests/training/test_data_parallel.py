@@ -120,6 +120,16 @@ def test_one_host_uses_a_standalone_rendezvous_and_several_need_an_endpoint(tmp_
         Rendezvous(nnodes=2).check(4)
 
 
+def test_a_rank_process_ends_with_its_status_and_what_it_printed_reaches_the_pipes():
+    """end_rank_process skips finalization (os._exit), which would drop unflushed output."""
+    code = ("import sys; from training.distributed import end_rank_process; "
+            "print('last words', end=''); sys.stderr.write('to stderr'); end_rank_process(3)")
+    buffered = {k: v for k, v in _env().items() if k != "PYTHONUNBUFFERED"}  # as torchrun's ranks write
+    ended = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=buffered, capture_output=True, text=True,
+                           timeout=120)
+    assert (ended.returncode, ended.stdout, ended.stderr) == (3, "last words", "to stderr")
+
+
 def test_sampling_a_prompt_does_not_depend_on_its_batch(tiny_model, tokenizer):
     """Per-prompt seeds: prompt 2 sampled with prompts 0-3 or alone gives the same tokens."""
     from training.rollout import HFGenerateEngine, SamplingParams
