@@ -71,10 +71,12 @@ def test_tiny_recipe_runs_every_stage_and_a_rerun_keeps_them(tmp_path):
     assert json.loads((tmp_path / "packed" / "manifest.json").read_text()) == manifest
 
 
-def test_skip_baseline_leaves_it_out_and_sft_micro_batch_keeps_sixteen_per_step(tmp_path):
-    run = recipe(tmp_path, "--skip-baseline", "--sft-micro-batch", "2")
+def test_skip_baseline_and_no_novel_pairs_leave_those_out_and_sft_micro_batch_keeps_sixteen_per_step(tmp_path):
+    run = recipe(tmp_path, "--skip-baseline", "--novel-pairs", "0", "--sft-micro-batch", "2")
     assert run.returncode == 0, run.stderr[-2000:]
     assert not (tmp_path / "baseline").exists()
+    assert not (tmp_path / "sft_novel_pairs").exists() and not (tmp_path / "grpo_novel_pairs").exists()
+    assert "novel pairs: 0" in run.stdout
     assert "baseline (base model)" not in run.stdout and "after SFT + GRPO" in run.stdout
     sft = json.loads((tmp_path / "sft" / "run.json").read_text())
     assert (sft["micro_batch_size"], sft["gradient_accumulation_steps"]) == (2, 8)

@@ -161,6 +161,7 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
 
 @pytest.mark.parametrize("algorithm", [{}, {"algorithm": "dapo", "max_generation_batches": 2}],
                          ids=["grpo-defaults", "dapo-dynamic-sampling"])
+@pytest.mark.torchrun
 def test_two_processes_train_the_grpo_weights_of_one(common, tmp_path, algorithm):
     """Dynamic sampling decides which groups to keep from the gathered rewards: the same on every rank."""
     one = _write_config(tmp_path / "one.json", **_grpo(common, **algorithm))
@@ -191,6 +192,7 @@ def test_two_processes_train_the_grpo_weights_of_one(common, tmp_path, algorithm
     assert [b["rank"] for b in read_heartbeats(tmp_path / "two")] == [0, 1]
 
 
+@pytest.mark.torchrun
 def test_two_processes_train_the_sft_weights_of_one(common, tmp_path):
     sft = {"kind": "sft", "sft_source": "ground_truth", "micro_batch_size": 2, "gradient_accumulation_steps": 2,
            "max_steps": 2, "eval_interval": 2, "checkpoint_interval": 0, "max_completion_length": 32, **common}
@@ -208,6 +210,7 @@ def test_two_processes_train_the_sft_weights_of_one(common, tmp_path):
     assert validation(tmp_path / "one") == validation(tmp_path / "two") != []
 
 
+@pytest.mark.torchrun
 def test_two_processes_train_the_dpo_weights_of_one(common, json_tasks_file, tmp_path):
     tasks = [json.loads(line) for line in json_tasks_file.read_text().splitlines()][:8]
     pairs = tmp_path / "pairs.jsonl"
@@ -224,6 +227,7 @@ def test_two_processes_train_the_dpo_weights_of_one(common, json_tasks_file, tmp
     assert max(float(t.abs().max()) for k, t in b.items() if "lora_B" in k) > 100 * TOLERANCE
 
 
+@pytest.mark.torchrun
 @pytest.mark.parametrize(("first", "then"), [(2, 1), (1, 2)])
 def test_a_checkpoint_resumes_at_another_process_count(common, tmp_path, first, then):
     """Step 1 at one process count, step 2 at the other: the weights of an uninterrupted run."""
@@ -243,6 +247,7 @@ def test_a_checkpoint_resumes_at_another_process_count(common, tmp_path, first, 
     assert _max_difference(_adapter(tmp_path / "straight", 2), _adapter(resumed, 2)) < TOLERANCE
 
 
+@pytest.mark.torchrun
 def test_a_killed_rank_fails_the_job_with_a_clear_error_and_the_retry_resumes(common, tmp_path):
     config = _write_config(tmp_path / "run.json", **_grpo(common, num_processes=2, max_steps=30))
     out = tmp_path / "run"
@@ -282,6 +287,7 @@ def test_a_killed_rank_fails_the_job_with_a_clear_error_and_the_retry_resumes(co
     assert _events(out)[-1]["type"] == "done"
 
 
+@pytest.mark.torchrun
 def test_killing_the_launcher_leaves_no_rank_behind(common, tmp_path):
     """What a worker's cancel does (it kills the job's process group): every rank ends too."""
     # so many steps that ranks left running would still be running when the test looks

@@ -112,6 +112,7 @@ def test_a_gathered_state_keeps_a_tied_head_once_as_save_pretrained_does(tokeniz
 # --- whole jobs --------------------------------------------------------------------------------
 
 
+@pytest.mark.torchrun
 def test_fsdp_trains_the_grpo_weights_of_one_process_and_checkpoints_cross_over(common, tmp_path):  # noqa: F811
     """3 prompts over 2 ranks (uneven generation), 3 micro-batches (a filler on rank 1); then
     the fsdp checkpoint of step 1 resumes in 1 process and the 1-process one under fsdp."""
@@ -138,6 +139,7 @@ def test_fsdp_trains_the_grpo_weights_of_one_process_and_checkpoints_cross_over(
         assert _max_difference(a, _adapter(resumed, 2)) < TOLERANCE, name
 
 
+@pytest.mark.torchrun
 def test_fsdp_trains_the_sft_weights_of_one_process_with_a_sharded_validation(common, tmp_path):  # noqa: F811
     """3 micro-batches per step over 2 ranks; the validation's latency probes run on rank 0 only."""
     sft = {"kind": "sft", "sft_source": "ground_truth", "micro_batch_size": 2, "gradient_accumulation_steps": 3,
@@ -158,6 +160,7 @@ def test_fsdp_trains_the_sft_weights_of_one_process_with_a_sharded_validation(co
     assert metrics and all(m.get("latency_p50") is not None for m in metrics)
 
 
+@pytest.mark.torchrun
 def test_fsdp_trains_the_dpo_weights_of_one_process(common, json_tasks_file, tmp_path):  # noqa: F811
     tasks = [json.loads(line) for line in json_tasks_file.read_text().splitlines()][:6]
     pairs = tmp_path / "pairs.jsonl"
@@ -176,6 +179,7 @@ def _full_weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
     return load_file(str(run_dir / "checkpoints" / f"step_{step}" / "model.safetensors"))
 
 
+@pytest.mark.torchrun
 def test_fsdp_full_fine_tuning_shards_weights_gradients_and_adamw_and_checkpoints_cross_over(common, tmp_path):  # noqa: F811
     """Every weight trains and is sharded; FSDP sums the gradients itself. The checkpoint is
     the full model and a full optimizer state, which 1 process resumes, and fsdp resumes one
@@ -200,6 +204,7 @@ def test_fsdp_full_fine_tuning_shards_weights_gradients_and_adamw_and_checkpoint
         assert _max_difference(a, _full_weights(resumed, 2)) < TOLERANCE, name
 
 
+@pytest.mark.torchrun
 def test_a_sharded_eval_job_measures_what_one_process_measures(common, tmp_path):  # noqa: F811
     evaluation = {"kind": "eval", "eval_latency_tasks": 2, **common}
     _ok(_run(_write_config(tmp_path / "one.json", **evaluation), tmp_path / "one"))

@@ -243,7 +243,10 @@ class RunFilters(Schema):
     tag: list[Text(200)] | None = Field(None, max_length=MAX_RUN_TAGS,
                                         description="Only runs having every one of these tags: repeat the parameter "
                                                     "(tag=a&tag=b) or give a comma list (tag=a,b); any case.")
-    sort: Choice(*RUN_SORTS) = Field(DEFAULT_RUN_SORT, description=f"One of {', '.join(RUN_SORTS)}.")
+    sort: Choice(*RUN_SORTS) = Field(DEFAULT_RUN_SORT, description=(
+        f"One of {', '.join(RUN_SORTS)}; `-` first is descending. reward, validation and held_out sort by the "
+        "latest train reward, validation success or held-out success as the runs page shows it (the run's own, "
+        "else the latest evaluation of its checkpoints); runs without one come last either way."))
     after: Text(2000) | None = Field(None, description="The `next` cursor of the previous page.")
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 50
 

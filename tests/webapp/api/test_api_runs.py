@@ -300,7 +300,7 @@ def test_list_items_carry_headline_metrics(client, world, bearer):
 
 
 @pytest.mark.parametrize(("query", "status", "field"), [
-    ("after=garbage", 400, "after"), ("sort=reward", 422, "sort"), ("kind=ppo", 422, "kind"),
+    ("after=garbage", 400, "after"), ("sort=loss", 422, "sort"), ("kind=ppo", 422, "kind"),
     ("limit=0", 422, "limit"), ("limit=100000", 422, "limit"), ("text=%00", 400, "text"),
     ("experiment=" + str(10**20), 422, "experiment"),
 ])
@@ -308,6 +308,18 @@ def test_list_refuses_bad_parameters_naming_them(client, world, bearer, query, s
     response = client.get(f"/api/projects/{world['slug']}/runs?{query}", **bearer("viewer"))
     assert response.status_code == status, response.content
     assert field in json.dumps(response.json())
+
+
+def test_list_sorts_by_a_headline_metric_with_runs_lacking_it_last(client, world, bearer):
+    rewards = {"low": [0.9, 0.1], "high": [0.6], "none": []}
+    for name, values in rewards.items():
+        _add_points(Run.objects.create(project=world["project"], name=name, kind="grpo"), "reward", values)
+    url = f"/api/projects/{world['slug']}/runs?kind=grpo&sort=-reward&limit=2"
+    first = client.get(url, **bearer("viewer")).json()
+    second = client.get(f"{url}&after={first['next']}", **bearer("viewer")).json()
+    names = [item["name"] for item in first["items"] + second["items"]]
+    assert names[:2] == ["high", "low"] and "none" in names[2:] and names[-1] != "high"
+    assert [item["headline"]["train/reward"] for item in first["items"]] == [0.6, 0.1]
 
 
 def test_a_cursor_of_another_sort_is_a_400(client, world, bearer):

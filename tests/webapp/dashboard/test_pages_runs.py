@@ -53,8 +53,22 @@ def test_the_runs_table_says_words_in_its_sort_menu_and_names_each_column_once(c
     body = client.get(f"/p/{project_team['project'].slug}/runs/?sort=-name").content.decode()
     assert '<option value="-name" selected>name, Z to A</option>' in body
     assert ">-created<" not in body and '<option value="-created">newest first</option>' in body
-    assert body.count(">Reward</th>") == 1
+    assert body.count(">Reward</a></th>") == 1
     assert "Reward curve</th>" in body
+
+
+def test_a_headline_column_header_sorts_by_it_and_a_second_click_reverses(client, project_team, runs):
+    """The reward column's header link sorts best first, keeping the filters; on the sorted page it
+    offers lowest first and marks the column's order for screen readers."""
+    client.force_login(project_team["viewer"])
+    url = f"/p/{project_team['project'].slug}/runs/"
+    body = client.get(f"{url}?kind=grpo&after=x").content.decode()
+    assert 'href="?kind=grpo&amp;sort=-reward" class="sort-link"' in body
+    sorted_body = client.get(f"{url}?kind=grpo&sort=-reward").content.decode()
+    assert 'aria-sort="descending"' in sorted_body and 'href="?kind=grpo&amp;sort=reward"' in sorted_body
+    assert '<option value="-reward" selected>reward, highest first</option>' in sorted_body
+    # Both runs recorded reward 0.5 last: a tie in a descending sort lists the newer run first.
+    assert sorted_body.index(f'id="compare-{runs[1].pk}"') < sorted_body.index(f'id="compare-{runs[0].pk}"')
 
 
 def test_the_run_page_has_panels_for_what_was_recorded_and_escapes_the_log(client, project_team, runs):

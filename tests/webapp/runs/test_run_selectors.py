@@ -126,10 +126,82 @@ def test_run_list_default_is_newest_first(project):
 
 def test_run_list_refuses_unknown_sort_and_foreign_cursor(project, varied_runs):
     with pytest.raises(ValueError, match="unknown sort"):
-        run_list(project, sort="reward")
+        run_list(project, sort="loss")
     cursor = run_list(project, sort="name", limit=1).next_cursor
     with pytest.raises(CursorError):
         run_list(project, sort="-created", after=cursor)
+
+
+def _walk(project, **kwargs) -> list[Run]:
+    seen, cursor = [], None
+    while True:
+        page = run_list(project, after=cursor, **kwargs)
+        seen.extend(page.items)
+        if page.next_cursor is None:
+            return seen
+        cursor = page.next_cursor
+
+
+@pytest.fixture
+def held_out_world(project):
+    """Runs whose held-out success the table shows from each place it can come from, and runs without one."""
+    def evaluated(run: Run, step: int, value: float, *, eval_split: str = "held_out", status: str = "succeeded"):
+        checkpoint = Checkpoint.objects.create(run=run, step=step, storage_uri=f"/c/{run.pk}/{step}")
+        evaluation = Run.objects.create(project=project, name=f"{run.name} eval {step}", kind="eval",
+                                        status=status, parent_checkpoint=checkpoint,
+                                        config={"eval_split": eval_split})
+        add_points(evaluation, "success_rate", [value], split="held_out")
+        return evaluation
+
+    own_high, own_low, tied = (Run.objects.create(project=project, name=n, kind="sft") for n in ("own .8", "own .3", "tied .3"))
+    add_points(own_high, "success_rate", [0.1, 0.8], split="held_out")  # the latest step counts
+    add_points(own_low, "success_rate", [0.3], split="held_out")
+    add_points(tied, "success_rate", [0.3], split="held_out")
+    borrowed = Run.objects.create(project=project, name="borrows .6", kind="grpo")
+    evaluated(borrowed, 10, 0.95)
+    evaluated(borrowed, 20, 0.6)  # the latest evaluated checkpoint wins over a better earlier one
+    Checkpoint.objects.create(run=borrowed, step=30, storage_uri="/c/unevaluated")
+    own_wins = Run.objects.create(project=project, name="own .2 over evaluated .9", kind="grpo")
+    add_points(own_wins, "success_rate", [0.2], split="held_out")
+    evaluated(own_wins, 10, 0.9)
+    not_yet = Run.objects.create(project=project, name="evaluation still running", kind="grpo")
+    evaluated(not_yet, 10, 0.99, status="running")
+    other_split = Run.objects.create(project=project, name="evaluated on validation only", kind="grpo")
+    evaluated(other_split, 10, 0.97, eval_split="validation")
+    bare = Run.objects.create(project=project, name="bare", kind="grpo")
+    runs = [own_high, own_low, tied, borrowed, own_wins, not_yet, other_split, bare]
+    # The evaluation runs are runs of the project too, each measuring itself.
+    return runs + [r for r in Run.objects.filter(project=project, kind="eval")]
+
+
+@pytest.mark.parametrize("sort", ["-held_out", "held_out"])
+def test_run_list_sorts_by_a_headline_as_the_table_shows_it_and_runs_without_one_come_last(
+        project, held_out_world, sort):
+    seen = _walk(project, sort=sort, limit=3)
+    assert sorted(r.pk for r in seen) == sorted(r.pk for r in held_out_world)
+    column = [h.key for h in HEADLINE_METRICS].index("held_out/success_rate")
+    cells = run_headline_cells(seen)
+    shown = [cells[r.pk][column][0] for r in seen]
+    present = [v for v in shown if v is not None]
+    assert shown == [*sorted(present, reverse=sort.startswith("-")), *[None] * (len(shown) - len(present))]
+    by_name = {r.name: cells[r.pk][column][0] for r in seen}
+    assert by_name["borrows .6"] == pytest.approx(0.6) and by_name["own .2 over evaluated .9"] == 0.2
+    assert by_name["evaluation still running"] is None and by_name["evaluated on validation only"] is None
+    assert shown.count(None) == 3  # bare, still running, validation-only (every evaluation run has its own)
+
+
+def test_run_list_sorts_by_reward_and_a_cursor_of_one_metric_sort_is_refused_by_another(project):
+    runs = [Run.objects.create(project=project, name=f"r{i}", kind="grpo") for i in range(5)]
+    for run, rewards in zip(runs, ([0.5], [0.1, 0.9], [], [0.5], [-0.2]), strict=True):
+        add_points(run, "reward", rewards)
+    # The latest value counts (r1: 0.9); a tie goes newest first in descending order and oldest first in
+    # ascending, as the other sorts do; r2 has none and comes last both ways.
+    assert [r.name for r in _walk(project, sort="-reward", limit=2)] == ["r1", "r3", "r0", "r4", "r2"]
+    assert [r.name for r in _walk(project, sort="reward", limit=2)] == ["r4", "r0", "r3", "r1", "r2"]
+    cursor = run_list(project, sort="-reward", limit=1).next_cursor
+    with pytest.raises(CursorError):
+        run_list(project, sort="-validation", after=cursor)
+    assert [r.name for r in run_list(project, sort="-reward", kind="sft").items] == []
 
 
 # --- headline metrics ------------------------------------------------------------------

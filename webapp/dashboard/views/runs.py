@@ -35,6 +35,7 @@ from webapp.runs.selectors.runs import (
     CONFIG_COLUMNS,
     DEFAULT_RUN_SORT,
     HEADLINE_METRICS,
+    METRIC_SORTS,
     RUN_SORT_LABELS,
     Headline,
     RunDetail,
@@ -180,7 +181,7 @@ def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
              "config": [(column, *config_cell(run, column.key)) for column in columns]} for run in runs]
     context = {
         "project": project, "rows": rows, "page": page, "filters": filters, "sort": sort, "sorts": RUN_SORT_LABELS,
-        "filter_error": error, "query": query, "headlines": HEADLINE_METRICS,
+        "filter_error": error, "query": query, "headlines": _headline_sort_links(query, sort),
         "tag_filter": ", ".join(tags), "tag_chips": [(tag, _tag_filter_query(query, tags, tag, remove=True))
                                                      for tag in tags],
         "columns": columns, "column_choices": CONFIG_COLUMNS,
@@ -200,6 +201,22 @@ def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
 
 def _stored_tags(run: Run) -> list[str]:
     return [tag for tag in run.tags if isinstance(tag, str)] if isinstance(run.tags, list) else []
+
+
+def _headline_sort_links(query: QueryDict, sort: str) -> list[dict]:
+    """Each headline column of the runs table with the link that sorts by it (highest first, then lowest first)."""
+    sort_of = {key: name for name, key in METRIC_SORTS.items()}
+    links = []
+    for h in HEADLINE_METRICS:
+        name = sort_of.get(h.key)
+        if name is None:
+            links.append({"headline": h, "url": None, "order": ""})
+            continue
+        changed = query.copy()
+        changed["sort"] = name if sort == f"-{name}" else f"-{name}"
+        order = "descending" if sort == f"-{name}" else "ascending" if sort == name else ""
+        links.append({"headline": h, "url": f"?{changed.urlencode()}", "order": order})
+    return links
 
 
 def _tag_filter_query(query: QueryDict, tags: list[str], tag: str, *, remove: bool = False) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,11 +31,13 @@ from django.db.models import (
     Q,
     QuerySet,
     Subquery,
+    Value,
 )
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from training.config import RUN_CONFIG_SCHEMA
+from training.config import RUN_CONFIG_SCHEMA, RunConfig
 from webapp.common.pagination import Page, keyset_page
 from webapp.projects.models import Project
 from webapp.runs.models import (
@@ -73,10 +76,17 @@ RUN_SORTS: dict[str, list[str]] = {
     "kind": ["kind"],
     "-kind": ["-kind"],
 }
+# ?sort= value -> the headline metric it orders by (HEADLINE_METRICS below); "-" puts the highest first.
+METRIC_SORTS: dict[str, str] = {"reward": "train/reward", "validation": "validation/success_rate",
+                                "held_out": "held_out/success_rate"}
+RUN_SORTS.update({f"{sign}{name}": [f"{sign}{name}_value"] for name in METRIC_SORTS for sign in ("-", "")})
 DEFAULT_RUN_SORT = "-created"
 RUN_SORT_LABELS: dict[str, str] = {
     "-created": "newest first", "created": "oldest first", "name": "name, A to Z", "-name": "name, Z to A",
     "status": "status, A to Z", "-status": "status, Z to A", "kind": "kind, A to Z", "-kind": "kind, Z to A",
+    "-reward": "reward, highest first", "reward": "reward, lowest first",
+    "-validation": "validation success, highest first", "validation": "validation success, lowest first",
+    "-held_out": "held-out success, highest first", "held_out": "held-out success, lowest first",
 }
 """What the sort menu says for each ?sort= value (the URL keeps the short value)."""
 
@@ -103,7 +113,27 @@ def run_list(
     if text:
         runs = runs.filter(Q(name__icontains=text) | Q(note__icontains=text) | _has_tag_containing(text))
     runs = runs.select_related("dataset", "model", "verifier_version__verifier", "created_by")
+    if sort.lstrip("-") in METRIC_SORTS:
+        runs = _with_metric_sort_value(runs, sort.lstrip("-"), descending=sort.startswith("-"))
     return keyset_page(runs, ordering=RUN_SORTS[sort], after=after, limit=limit)
+
+
+def _with_metric_sort_value(runs: QuerySet[Run], sort: str, *, descending: bool) -> QuerySet[Run]:
+    """Annotate <sort>_value: the value the runs table shows for METRIC_SORTS[sort], to order by.
+
+    The value is the run's own latest one or, for an evaluation headline it did not record, the
+    one its checkpoints' evaluations lend it: what run_headline_cells shows in the same column.
+    Keyset pagination needs a non-null key, so a run without the metric takes the far end of the
+    float range, after every real value in either direction: one expression, which PostgreSQL
+    computes once a row (a flag beside the value doubled the subqueries). The name differs per
+    metric so that a cursor of one metric's order is refused by another's.
+    """
+    h = next(h for h in HEADLINE_METRICS if h.key == METRIC_SORTS[sort])
+    value = _latest_value(h.split, h.name)
+    if h.split in _BORROWED_SPLITS:
+        value = Coalesce(value, _latest_checkpoint_evaluation_value(h.split, h.name))
+    last = -sys.float_info.max if descending else sys.float_info.max
+    return runs.annotate(**{f"{sort}_value": Coalesce(value, Value(last), output_field=FloatField())})
 
 
 def _filtered_runs(runs: QuerySet[Run], **filters: str | int | None) -> QuerySet[Run]:
@@ -288,6 +318,30 @@ HEADLINE_METRICS: tuple[Headline, ...] = (
 def _latest_value(split: str, name: str) -> Subquery:
     """The run's value at its highest step: one backward seek on (run, name, split, step)."""
     points = MetricPoint.objects.filter(run=OuterRef("pk"), split=split, name=name).order_by("-step")
+    return Subquery(points.values("value")[:1])
+
+
+_BORROWED_SPLITS = ("validation", "held_out")
+"""The headline splits a run may borrow from its checkpoints' evaluations (train metrics never are)."""
+
+
+def _latest_checkpoint_evaluation_value(split: str, name: str) -> Subquery:
+    """checkpoint_headlines' value in SQL: the latest finished evaluation of the run's latest evaluated checkpoint.
+
+    Among the evaluation runs of the run's checkpoints that measured `split` (their config's
+    eval_split, training's default when it names none), the one of the highest step wins, then
+    the latest run of it, then its last step.
+    """
+    default_split = RunConfig.__dataclass_fields__["eval_split"].default
+    measures_split = Q(run__config__eval_split=split)
+    if split == default_split:
+        measures_split |= Q(run__config__eval_split__isnull=True) | Q(run__config__eval_split=None) \
+            | Q(run__config__eval_split="")
+    points = (MetricPoint.objects
+              .filter(run__parent_checkpoint__run=OuterRef("pk"), run__kind=RunKind.EVAL,
+                      run__status=RunStatus.SUCCEEDED, split=split, name=name)
+              .filter(measures_split)
+              .order_by("-run__parent_checkpoint__step", "-run_id", "-step"))
     return Subquery(points.values("value")[:1])
 
 
