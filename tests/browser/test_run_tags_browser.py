@@ -1,6 +1,6 @@
-"""Run tags, note and config columns in a real browser: the inline edit swaps in by htmx (CSRF header, no reload),
+"""Run tags, note, config columns and metric sorting in a real browser: the inline edit swaps in by htmx (CSRF header, no reload),
 an error shows beside its field, hostile text stays text, a chip filters the runs table, the columns picker keeps
-its choice in the URL."""
+its choice in the URL, a metric's column header sorts the table by it."""
 
 from __future__ import annotations
 
@@ -52,4 +52,35 @@ def test_an_editor_tags_a_run_inline_and_a_chip_filters_the_table(page, live_ser
     page.wait_for_url("**cols=learning_rate**")
     assert page.inner_text(f"tr[data-run='{other.pk}'] td[data-col='learning_rate']") == "5e-05"
     shot(page, "run-tags-list.png")
+    assert seen["dialogs"] == [] and seen["csp"] == []
+
+
+def test_a_click_on_a_metric_header_sorts_the_table_best_first_and_a_second_click_worst_first(
+        page, live_server, project_team):
+    from webapp.runs.models import MetricPoint
+
+    project = project_team["project"]
+    rewards = {"middling": 0.4, "best": 0.9, "worst": 0.1}
+    runs = {name: Run.objects.create(project=project, name=name, kind="grpo") for name in rewards}
+    for name, reward in rewards.items():
+        MetricPoint.objects.create(run=runs[name], step=1, split="train", name="reward", value=reward)
+    bare = Run.objects.create(project=project, name="no reward yet", kind="grpo")
+    seen = watch(page)
+    login(page, live_server, "viewer")
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/?kind=grpo")
+
+    def order() -> list[int]:
+        return [int(pk) for pk in page.locator("#run-rows tr[data-run]").evaluate_all(
+            "rows => rows.map(r => r.dataset.run)")]
+
+    page.click("th a.sort-link:has-text('Reward')")
+    page.wait_for_url("**sort=-reward**")
+    assert "kind=grpo" in page.url, "the filter is kept"
+    assert order() == [runs["best"].pk, runs["middling"].pk, runs["worst"].pk, bare.pk]
+    assert page.get_attribute("th[aria-sort]", "aria-sort") == "descending"
+    assert page.locator("select[name=sort]").input_value() == "-reward"
+    shot(page, "runs-sorted-by-reward.png")
+    page.click("th a.sort-link:has-text('Reward')")
+    page.wait_for_url("**sort=reward**")
+    assert order() == [runs["worst"].pk, runs["middling"].pk, runs["best"].pk, bare.pk], "no value: last both ways"
     assert seen["dialogs"] == [] and seen["csp"] == []
