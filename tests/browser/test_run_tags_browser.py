@@ -80,7 +80,9 @@ def test_a_click_on_a_metric_header_sorts_the_table_best_first_and_a_second_clic
     assert page.get_attribute("th[aria-sort]", "aria-sort") == "descending"
     assert page.locator("select[name=sort]").input_value() == "-reward"
     shot(page, "runs-sorted-by-reward.png")
+    page.emulate_media(color_scheme="dark")
     page.click("th a.sort-link:has-text('Reward')")
     page.wait_for_url("**sort=reward**")
+    shot(page, "runs-sorted-by-reward-ascending-dark.png")
     assert order() == [runs["worst"].pk, runs["middling"].pk, runs["best"].pk, bare.pk], "no value: last both ways"
     assert seen["dialogs"] == [] and seen["csp"] == []

@@ -67,6 +67,8 @@ def test_a_headline_column_header_sorts_by_it_and_a_second_click_reverses(client
     sorted_body = client.get(f"{url}?kind=grpo&sort=-reward").content.decode()
     assert 'aria-sort="descending"' in sorted_body and 'href="?kind=grpo&amp;sort=reward"' in sorted_body
     assert '<option value="-reward" selected>reward, highest first</option>' in sorted_body
+    hostile = client.get(f"{url}?text={HOSTILE}").content.decode()
+    assert 'href="?text=%3Cscript%3Ealert%28%22x%22%29%3C%2Fscript%3E&amp;sort=-reward"' in hostile
     # Both runs recorded reward 0.5 last: a tie in a descending sort lists the newer run first.
     assert sorted_body.index(f'id="compare-{runs[1].pk}"') < sorted_body.index(f'id="compare-{runs[0].pk}"')
 
