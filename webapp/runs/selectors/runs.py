@@ -409,7 +409,7 @@ def checkpoint_headlines(runs: Iterable[Run], headline: Mapping[int, Mapping[str
     run and the experiment that chose it), with the words that say where from. Train metrics are
     never borrowed. Four queries for a page of runs, and none when every run recorded its own.
     """
-    wanted = {run.pk: [h for h in HEADLINE_METRICS if h.split in ("validation", "held_out")
+    wanted = {run.pk: [h for h in HEADLINE_METRICS if h.split in _BORROWED_SPLITS
                        and headline.get(run.pk, {}).get(h.key) is None] for run in runs}
     wanted = {pk: missing for pk, missing in wanted.items() if missing}
     if not wanted:
