@@ -61,7 +61,7 @@ def test_a_click_on_a_metric_header_sorts_the_table_best_first_and_a_second_clic
 
     project = project_team["project"]
     rewards = {"middling": 0.4, "best": 0.9, "worst": 0.1}
-    runs = {name: Run.objects.create(project=project, name=name, kind="grpo") for name in rewards}
+    runs = {name: Run.objects.create(project=project, name=f"{name} {HOSTILE}", kind="grpo") for name in rewards}
     for name, reward in rewards.items():
         MetricPoint.objects.create(run=runs[name], step=1, split="train", name="reward", value=reward)
     bare = Run.objects.create(project=project, name="no reward yet", kind="grpo")
@@ -84,5 +84,6 @@ def test_a_click_on_a_metric_header_sorts_the_table_best_first_and_a_second_clic
     page.click("th a.sort-link:has-text('Reward')")
     page.wait_for_url("**sort=reward**")
     shot(page, "runs-sorted-by-reward-ascending-dark.png")
+    assert HOSTILE in page.inner_text(f"tr[data-run='{runs['worst'].pk}']"), "a hostile run name stays text"
     assert order() == [runs["worst"].pk, runs["middling"].pk, runs["best"].pk, bare.pk], "no value: last both ways"
     assert seen["dialogs"] == [] and seen["csp"] == []
