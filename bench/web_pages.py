@@ -750,6 +750,8 @@ def runs_plan(client, project, long_run) -> list[tuple[str, str, str, dict]]:
         ("runs-table-text", "runs table, text 'grpo-01'", f"/p/{slug}/runs/?text=grpo-01", {}),
         ("runs-table-held-out", "runs table, by held-out success", f"/p/{slug}/runs/?sort=-held_out", {}),
         ("runs-table-reward", "runs table, by reward", f"/p/{slug}/runs/?sort=-reward", {}),
+        ("runs-table-learning-rate", "runs table, by learning rate",
+         f"/p/{slug}/runs/?sort=-config.learning_rate", {}),
         ("run-detail", f"run detail ({stored:,}-point run)", f"/p/{slug}/runs/{long_run.pk}/", {}),
         ("run-live", "run detail, live panel", f"/p/{slug}/runs/{long_run.pk}/live/", {}),
         ("series", f"series, {stored:,} reward points", f"/api/runs/{long_run.pk}/metrics?names=reward&split=train",

@@ -26,6 +26,7 @@ PAGE_ROWS = [
     # runs, checkpoints, jobs, experiments, settings (issue 24)
     r"project list \(home\)", r"overview", r"runs table, page 1", r"runs table, page \d+ \(after cursors\)",
     r"runs table, text 'grpo-01'", r"runs table, by held-out success", r"runs table, by reward",
+    r"runs table, by learning rate",
     r"run detail \([\d,]+-point run\)", r"run detail, live panel",
     r"series, [\d,]+ reward points", r"metric names API", r"run API", r"compare \d runs", r"runs API, page 1",
     r"runs API, page \d+ \(limit=10\)", r"checkpoints", r"checkpoints API", r"alias history \(production\)",

@@ -87,3 +87,38 @@ def test_a_click_on_a_metric_header_sorts_the_table_best_first_and_a_second_clic
     assert HOSTILE in page.inner_text(f"tr[data-run='{runs['worst'].pk}']"), "a hostile run name stays text"
     assert order() == [runs["worst"].pk, runs["middling"].pk, runs["best"].pk, bare.pk], "no value: last both ways"
     assert seen["dialogs"] == [] and seen["csp"] == []
+
+
+def test_a_config_column_picked_in_the_columns_menu_sorts_by_its_header(page, live_server, project_team):
+    """Tick Learning rate, Filter, click its header: highest first; again: lowest first; no value last both ways."""
+    project = project_team["project"]
+    rates = {"middling": 1e-4, "high": 3e-4, "low": 1e-5}
+    runs = {name: Run.objects.create(project=project, name=f"{name} {HOSTILE}", kind="grpo",
+                                     config={"learning_rate": rate}) for name, rate in rates.items()}
+    bare = Run.objects.create(project=project, name="imported without a config", kind="grpo", config={})
+    seen = watch(page)
+    login(page, live_server, "viewer")
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/?kind=grpo")
+
+    def order() -> list[int]:
+        return [int(pk) for pk in page.locator("#run-rows tr[data-run]").evaluate_all(
+            "rows => rows.map(r => r.dataset.run)")]
+
+    page.click("details.columns-picker summary")
+    page.check("input[name=cols][value=learning_rate]")
+    page.click("button:has-text('Filter')")
+    page.wait_for_url("**cols=learning_rate**")
+    page.click("th a.sort-link:has-text('Learning rate')")
+    page.wait_for_url("**sort=-config.learning_rate**")
+    assert "kind=grpo" in page.url and "cols=learning_rate" in page.url, "the filter and the column are kept"
+    assert order() == [runs["high"].pk, runs["middling"].pk, runs["low"].pk, bare.pk]
+    assert page.get_attribute("th.config-col[aria-sort]", "aria-sort") == "descending"
+    assert page.locator("select[name=sort]").input_value() == "-config.learning_rate"
+    shot(page, "runs-sorted-by-learning-rate.png")
+    page.emulate_media(color_scheme="dark")
+    page.click("th a.sort-link:has-text('Learning rate')")
+    page.wait_for_url("**sort=config.learning_rate**")
+    shot(page, "runs-sorted-by-learning-rate-ascending-dark.png")
+    assert order() == [runs["low"].pk, runs["middling"].pk, runs["high"].pk, bare.pk], "no value: last both ways"
+    assert HOSTILE in page.inner_text(f"tr[data-run='{runs['low'].pk}']"), "a hostile run name stays text"
+    assert seen["dialogs"] == [] and seen["csp"] == []

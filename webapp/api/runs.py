@@ -51,6 +51,8 @@ from webapp.runs.models import (
 from webapp.runs.selectors.checkpoints import project_checkpoint
 from webapp.runs.selectors.models import model_named, project_models
 from webapp.runs.selectors.runs import (
+    CONFIG_COLUMNS,
+    CONFIG_SORT_PREFIX,
     DEFAULT_RUN_SORT,
     RUN_SORTS,
     X_AXES,
@@ -244,9 +246,13 @@ class RunFilters(Schema):
                                         description="Only runs having every one of these tags: repeat the parameter "
                                                     "(tag=a&tag=b) or give a comma list (tag=a,b); any case.")
     sort: Choice(*RUN_SORTS) = Field(DEFAULT_RUN_SORT, description=(
-        f"One of {', '.join(RUN_SORTS)}; `-` first is descending. reward, validation and held_out sort by the "
-        "latest train reward, validation success or held-out success as the runs page shows it (the run's own, "
-        "else the latest evaluation of its checkpoints); runs without one come last either way."))
+        f"One of {', '.join(s for s in RUN_SORTS if not s.lstrip('-').startswith(CONFIG_SORT_PREFIX))}, or "
+        f"{CONFIG_SORT_PREFIX}<field> for a run config field the runs page can show as a column "
+        f"({', '.join(column.key for column in CONFIG_COLUMNS)}); `-` first is descending. reward, validation "
+        "and held_out sort by the latest train reward, validation success or held-out success as the runs page "
+        "shows it (the run's own, else the latest evaluation of its checkpoints); a config field by the value the "
+        "run was launched with (numbers by value; a default that does not apply to the run's kind is none). "
+        "Runs without a value come last either way."))
     after: Text(2000) | None = Field(None, description="The `next` cursor of the previous page.")
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 50
 

@@ -322,6 +322,19 @@ def test_list_sorts_by_a_headline_metric_with_runs_lacking_it_last(client, world
     assert [item["headline"]["train/reward"] for item in first["items"]] == [0.6, 0.1]
 
 
+def test_list_sorts_by_a_config_field_with_runs_lacking_it_last(client, world, bearer):
+    for name, config in {"small": {"learning_rate": 1e-5}, "text": {"learning_rate": "big"},
+                         "large": {"learning_rate": 3e-4}, "none": {}}.items():
+        Run.objects.create(project=world["project"], name=name, kind="grpo", config=config)
+    url = f"/api/projects/{world['slug']}/runs?kind=grpo&sort=-config.learning_rate&limit=2"
+    first = client.get(url, **bearer("viewer")).json()
+    second = client.get(f"{url}&after={first['next']}", **bearer("viewer")).json()
+    assert [item["name"] for item in first["items"]] == ["large", "small"]
+    assert {item["name"] for item in second["items"]} >= {"text", "none"}
+    unknown = client.get(f"/api/projects/{world['slug']}/runs?sort=config.password", **bearer("viewer"))
+    assert unknown.status_code == 422 and "sort" in json.dumps(unknown.json())
+
+
 def test_a_cursor_of_another_sort_is_a_400(client, world, bearer):
     for i in range(3):
         Run.objects.create(project=world["project"], name=f"r{i}", kind="grpo")

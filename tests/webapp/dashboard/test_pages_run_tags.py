@@ -165,7 +165,7 @@ def test_a_chosen_config_column_shows_each_runs_value_and_unknown_ones_are_ignor
                           "&cols=model")
     body = response.content.decode()
     assert response.status_code == 200
-    assert ">Learning rate</th>" in body and ">Group size</th>" in body
+    assert ">Learning rate</a></th>" in body and ">Group size</a></th>" in body
     assert body.count("<th class=\"num config-col\"") == 2 and body.count("<th class=\"config-col\"") == 1
     assert 'data-col="bogus"' not in body and "bogus</th>" not in body
     assert 'data-col="learning_rate">5e-05</td>' in body and 'data-col="learning_rate">0.0002</td>' in body
@@ -175,6 +175,42 @@ def test_a_chosen_config_column_shows_each_runs_value_and_unknown_ones_are_ignor
     assert 'name="cols" value="learning_rate" checked' in body and 'name="cols" value="seed">' in body
     rows = client.get(f"/p/{setup['slug']}/runs/?cols=learning_rate", HTTP_HX_REQUEST="true").content.decode()
     assert "<thead" not in rows and rows.count('data-col="learning_rate"') == 3
+
+
+def _order(body: str, setup) -> list[str]:
+    keys = {"alpha": "a", "beta": "b", "gamma": "c"}
+    return sorted(keys, key=lambda name: body.index(f'id="compare-{setup[keys[name]].pk}"'))
+
+
+def test_a_config_column_header_sorts_by_it_and_a_second_click_reverses(client, project_team, setup):
+    """A number column sorts highest first, then lowest first; a text column A to Z first. Runs without a value
+    come last both ways; the links keep the filters and the columns; the menu offers the shown columns' sorts."""
+    client.force_login(project_team["viewer"])
+    url = f"/p/{setup['slug']}/runs/"
+    body = client.get(f"{url}?cols=learning_rate,model&text=a").content.decode()
+    assert 'href="?cols=learning_rate%2Cmodel&amp;text=a&amp;sort=-config.learning_rate" class="sort-link"' in body
+    assert 'href="?cols=learning_rate%2Cmodel&amp;text=a&amp;sort=config.model" class="sort-link"' in body
+    assert '<option value="-config.learning_rate">learning rate, highest first</option>' in body
+    assert '<option value="config.model">model (config), A to Z</option>' in body
+    assert "config.seed" not in body, "the sort menu offers only the columns shown"
+
+    highest = client.get(f"{url}?cols=learning_rate&sort=-config.learning_rate").content.decode()
+    assert _order(highest, setup) == ["beta", "alpha", "gamma"]
+    assert 'aria-sort="descending"' in highest and 'href="?cols=learning_rate&amp;sort=config.learning_rate"' in highest
+    assert '<option value="-config.learning_rate" selected>' in highest
+    lowest = client.get(f"{url}?cols=learning_rate&sort=config.learning_rate").content.decode()
+    assert _order(lowest, setup) == ["alpha", "beta", "gamma"] and 'aria-sort="ascending"' in lowest
+
+
+def test_a_table_sorted_by_a_config_field_shows_that_column_and_its_links_keep_it(client, project_team, setup):
+    client.force_login(project_team["viewer"])
+    body = client.get(f"/p/{setup['slug']}/runs/?sort=-config.num_generations_per_prompt").content.decode()
+    assert body.count('data-col="num_generations_per_prompt"') == 3 and ">Group size ↓</a></th>" in body
+    assert 'name="cols" value="num_generations_per_prompt" checked' in body
+    assert 'href="?sort=-reward&amp;cols=num_generations_per_prompt" class="sort-link"' in body
+    assert _order(body, setup)[0] == "alpha"
+    unknown = client.get(f"/p/{setup['slug']}/runs/?sort=config.{HOSTILE}").content.decode()
+    assert "unknown sort" in unknown and HOSTILE not in unknown
 
 
 def test_only_unknown_columns_is_the_plain_table(client, project_team, setup):

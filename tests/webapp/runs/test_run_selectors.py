@@ -12,6 +12,7 @@ from webapp.runs.models import Checkpoint, Experiment, Job, JobState, MetricPoin
 from webapp.runs.selectors.runs import (
     HEADLINE_METRICS,
     SeriesError,
+    config_cell,
     job_eta_seconds,
     metric_names,
     metric_series,
@@ -202,6 +203,63 @@ def test_run_list_sorts_by_reward_and_a_cursor_of_one_metric_sort_is_refused_by_
     with pytest.raises(CursorError):
         run_list(project, sort="-validation", after=cursor)
     assert [r.name for r in run_list(project, sort="-reward", kind="sft").items] == []
+
+
+@pytest.fixture
+def config_world(project):
+    """Runs whose learning rate and algorithm the table shows from each place they can come from, and runs without."""
+    def run(name: str, kind: str = "grpo", config: dict | None = None, resolved: dict | None = None) -> Run:
+        return Run.objects.create(project=project, name=name, kind=kind, config=config or {}, resolved_config=resolved)
+
+    return [
+        run("set 3e-4", config={"learning_rate": 3e-4, "algorithm": "grpo"},
+            resolved={"learning_rate": 3e-4, "algorithm": "grpo"}),
+        run("default 1e-5", config={}, resolved={"learning_rate": 1e-5, "algorithm": "grpo"}),  # training's default
+        run("old run, submitted 2e-3", config={"learning_rate": 2e-3, "algorithm": "dpo"}),  # no resolved_config
+        run("tied 3e-4", kind="sft", config={"learning_rate": 3e-4}, resolved={"learning_rate": 3e-4,
+                                                                               "algorithm": "sft"}),
+        run("integer 1", config={"learning_rate": 1, "algorithm": "grpo"}),  # a JSON integer is a number too
+        run("eval, default n/a", kind="eval", config={}, resolved={"learning_rate": 1e-5}),  # shown as n/a
+        run("eval, set 5e-1", kind="eval", config={"learning_rate": 0.5}),  # set by hand: shown, so sorted
+        run("imported text", config={"learning_rate": "3e-4", "algorithm": None}),  # not a number: no value
+        run("bare", config={}),
+        run("not a dict", config=["learning_rate", 9]),
+    ]
+
+
+@pytest.mark.parametrize("sort", ["config.learning_rate", "-config.learning_rate"])
+def test_run_list_sorts_by_a_config_column_as_the_table_shows_it_and_runs_without_one_come_last(
+        project, config_world, sort):
+    seen = _walk(project, sort=sort, limit=3)
+    assert sorted(r.pk for r in seen) == sorted(r.pk for r in config_world)
+    shown = [config_cell(r, "learning_rate")[0] for r in seen]
+    numbers = [float(v) for v in shown[:6]]
+    assert numbers == sorted([3e-4, 1e-5, 2e-3, 3e-4, 1, 0.5], reverse=sort.startswith("-"))
+    # Last in both directions: no number to order by. The imported "3e-4" is shown, as text.
+    assert {r.name: v for r, v in zip(seen[6:], shown[6:], strict=True)} == {
+        "eval, default n/a": None, "imported text": "3e-4", "bare": None, "not a dict": None}
+    ties = [r.name for r in seen if config_cell(r, "learning_rate")[0] == "0.0003"]
+    assert ties == (["tied 3e-4", "set 3e-4"] if sort.startswith("-") else ["set 3e-4", "tied 3e-4"])
+
+
+@pytest.mark.parametrize("sort", ["config.algorithm", "-config.algorithm"])
+def test_run_list_sorts_by_a_text_config_column(project, config_world, sort):
+    shown = [config_cell(r, "algorithm")[0] for r in _walk(project, sort=sort, limit=4)]
+    present = [v for v in shown if v is not None]
+    assert present == sorted(["grpo", "grpo", "dpo", "sft", "grpo"], reverse=sort.startswith("-"))
+    assert shown == [*present, *[None] * (len(config_world) - len(present))]
+
+
+def test_a_cursor_of_one_config_sort_is_refused_by_another_and_unknown_columns_are_unknown_sorts(
+        project, config_world):
+    cursor = run_list(project, sort="config.learning_rate", limit=1).next_cursor
+    with pytest.raises(CursorError):
+        run_list(project, sort="config.seed", after=cursor)
+    with pytest.raises(CursorError):
+        run_list(project, sort="-config.learning_rate", after=cursor)
+    with pytest.raises(ValueError, match="unknown sort"):
+        run_list(project, sort="config.no_such_field")
+    assert [r.name for r in run_list(project, sort="-config.learning_rate", kind="sft").items] == ["tied 3e-4"]
 
 
 # --- headline metrics ------------------------------------------------------------------

@@ -33,15 +33,18 @@ from webapp.runs.selectors.jobs import job_placement_problem
 from webapp.runs.selectors.metric_direction import metric_direction
 from webapp.runs.selectors.runs import (
     CONFIG_COLUMNS,
+    CONFIG_SORT_PREFIX,
     DEFAULT_RUN_SORT,
     HEADLINE_METRICS,
     METRIC_SORTS,
     RUN_SORT_LABELS,
+    ConfigColumn,
     Headline,
     RunDetail,
     config_cell,
     config_columns,
     config_defaulted,
+    config_sort_column,
     headline_cell,
     launched_config,
     metric_best,
@@ -163,6 +166,9 @@ def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     tags = run_tag_filter(value[:200] for value in request.GET.getlist("tag")[:MAX_RUN_TAGS])[:MAX_RUN_TAGS]
     columns = config_columns(value[:1000] for value in request.GET.getlist("cols")[:len(CONFIG_COLUMNS)])
     sort = request.GET.get("sort", DEFAULT_RUN_SORT)
+    sorted_column = config_sort_column(sort)
+    if sorted_column is not None and sorted_column not in columns:
+        columns.append(sorted_column)  # a table sorted by a config field shows it
     error = None
     try:
         experiment = int(filters["experiment"]) if filters["experiment"] else None
@@ -175,16 +181,18 @@ def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     sparklines = run_sparklines(runs)
     jobs = run_latest_jobs(runs)
     query = query_without_after(request)
+    if sorted_column is not None:
+        query.setlist("cols", [column.key for column in columns])  # the links keep the column the table is sorted by
     rows = [{"run": run, "headline": headline[run.pk],
              "sparkline": json.dumps(sparklines.get(run.pk, [])), "job": jobs.get(run.pk),
              "tags": [(tag, _tag_filter_query(query, tags, tag)) for tag in _stored_tags(run)],
              "config": [(column, *config_cell(run, column.key)) for column in columns]} for run in runs]
     context = {
-        "project": project, "rows": rows, "page": page, "filters": filters, "sort": sort, "sorts": RUN_SORT_LABELS,
+        "project": project, "rows": rows, "page": page, "filters": filters, "sort": sort, "sorts": _sort_menu(columns),
         "filter_error": error, "query": query, "headlines": _headline_sort_links(query, sort),
         "tag_filter": ", ".join(tags), "tag_chips": [(tag, _tag_filter_query(query, tags, tag, remove=True))
                                                      for tag in tags],
-        "columns": columns, "column_choices": CONFIG_COLUMNS,
+        "columns": _config_sort_links(query, sort, columns), "column_choices": CONFIG_COLUMNS,
         "column_keys": {column.key for column in columns}, "filtered": bool(tags) or any(filters.values()),
         "table_columns": 10 + len(HEADLINE_METRICS) + len(columns),
         "kinds": RunKind.choices, "statuses": RunStatus.choices, "can_edit": has_role(request.user, project, Role.EDITOR),
@@ -216,6 +224,28 @@ def _headline_sort_links(query: QueryDict, sort: str) -> list[dict]:
         changed["sort"] = name if sort == f"-{name}" else f"-{name}"
         order = "descending" if sort == f"-{name}" else "ascending" if sort == name else ""
         links.append({"headline": h, "url": f"?{changed.urlencode()}", "order": order})
+    return links
+
+
+def _sort_menu(columns: list[ConfigColumn]) -> dict[str, str]:
+    """The sort menu: every sort but those by config columns, which are offered for the columns shown."""
+    shown = {f"{sign}{CONFIG_SORT_PREFIX}{column.key}" for column in columns for sign in ("", "-")}
+    return {value: label for value, label in RUN_SORT_LABELS.items()
+            if config_sort_column(value) is None or value in shown}
+
+
+def _config_sort_links(query: QueryDict, sort: str, columns: list[ConfigColumn]) -> list[dict]:
+    """Each config column shown with the link that sorts by it: numbers highest first, text A to Z, then the
+    other way round on a second click."""
+    links = []
+    for column in columns:
+        name = f"{CONFIG_SORT_PREFIX}{column.key}"
+        first, second = (f"-{name}", name) if column.numeric else (name, f"-{name}")
+        changed = query.copy()
+        changed["sort"] = second if sort == first else first
+        order = "descending" if sort == f"-{name}" else "ascending" if sort == name else ""
+        links.append({"column": column, "url": f"?{changed.urlencode()}", "order": order,
+                      "next_label": RUN_SORT_LABELS[changed["sort"]]})
     return links
 
 

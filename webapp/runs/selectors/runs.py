@@ -21,17 +21,22 @@ from typing import Literal
 from django.db import connection
 from django.db.models import (
     BooleanField,
+    Case,
     Count,
     Exists,
+    F,
     FloatField,
     Func,
+    IntegerField,
     Max,
     Min,
     OuterRef,
     Q,
     QuerySet,
     Subquery,
+    TextField,
     Value,
+    When,
 )
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
@@ -115,6 +120,8 @@ def run_list(
     runs = runs.select_related("dataset", "model", "verifier_version__verifier", "created_by")
     if sort.lstrip("-") in METRIC_SORTS:
         runs = _with_metric_sort_value(runs, sort.lstrip("-"), descending=sort.startswith("-"))
+    elif (column := config_sort_column(sort)) is not None:
+        runs = _with_config_sort_value(runs, column)
     return keyset_page(runs, ordering=RUN_SORTS[sort], after=after, limit=limit)
 
 
@@ -231,6 +238,86 @@ CONFIG_COLUMNS: tuple[ConfigColumn, ...] = (
 )
 """Every field named is one of training.config's RunConfig fields (a test holds them to it)."""
 CONFIG_COLUMNS_BY_KEY: dict[str, ConfigColumn] = {column.key: column for column in CONFIG_COLUMNS}
+
+CONFIG_SORT_PREFIX = "config."
+"""?sort=config.<key> orders by a config column (A to Z, lowest first); -config.<key> the other way."""
+
+
+def config_sort_column(sort: str) -> ConfigColumn | None:
+    """The config column a ?sort= value orders by, None for the other sorts."""
+    name = sort.lstrip("-")
+    return CONFIG_COLUMNS_BY_KEY.get(name[len(CONFIG_SORT_PREFIX):]) if name.startswith(CONFIG_SORT_PREFIX) else None
+
+
+def _config_sort_ordering(key: str, *, descending: bool) -> list[str]:
+    """Runs with a value first in both directions, then the value, then the id the same way."""
+    sign = "-" if descending else ""
+    return [f"cfg_{key}_missing", f"{sign}cfg_{key}_value", f"{sign}id"]
+
+
+def _menu_label(label: str) -> str:
+    """A column's label as the sort menu words it: "Learning rate" -> "learning rate", "LoRA rank" kept."""
+    return label[:1].lower() + label[1:] if label[1:2].islower() else label
+
+
+for _column in CONFIG_COLUMNS:
+    RUN_SORTS[f"{CONFIG_SORT_PREFIX}{_column.key}"] = _config_sort_ordering(_column.key, descending=False)
+    RUN_SORTS[f"-{CONFIG_SORT_PREFIX}{_column.key}"] = _config_sort_ordering(_column.key, descending=True)
+    RUN_SORT_LABELS[f"{CONFIG_SORT_PREFIX}{_column.key}"] = (
+        f"{_menu_label(_column.label)}, {'lowest first' if _column.numeric else 'A to Z'}")
+    RUN_SORT_LABELS[f"-{CONFIG_SORT_PREFIX}{_column.key}"] = (
+        f"{_menu_label(_column.label)}, {'highest first' if _column.numeric else 'Z to A'}")
+del _column
+
+
+def _with_config_sort_value(runs: QuerySet[Run], column: ConfigColumn) -> QuerySet[Run]:
+    """Annotate cfg_<key>_missing (0 or 1) and cfg_<key>_value: what config_cell shows in the column, to order by.
+
+    The value is the launched config's (resolved_config, else the config as submitted); a
+    numeric column orders by JSON numbers only, so a value of another type (an imported run's
+    "3e-4" string) counts as missing, as does a default of a field that means nothing for the
+    run's kind (the n/a cells). Keyset pagination needs non-null keys, hence the flag beside a
+    value that is 0 or "" where missing; the JSON is read in the row, no subquery.
+    """
+    shown = _config_value_sql(column)
+    key = column.key
+    missing = Case(When(**{f"cfg_{key}_raw__isnull": True}, then=Value(1)), default=Value(0),
+                   output_field=IntegerField())
+    blank = Value(0.0) if column.numeric else Value("")
+    return (runs.annotate(**{f"cfg_{key}_raw": shown})
+            .annotate(**{f"cfg_{key}_missing": missing,
+                         f"cfg_{key}_value": Coalesce(F(f"cfg_{key}_raw"), blank,
+                                                      output_field=FloatField() if column.numeric else TextField())}))
+
+
+def _config_value_sql(column: ConfigColumn) -> RawSQL:
+    """The column's launched value in SQL, NULL where config_cell shows none (absent, n/a, or not a number)."""
+    key = column.key
+    kinds = RUN_CONFIG_SCHEMA["properties"].get(key, {}).get("x-kinds")
+    can_be_na = kinds is not None and key not in LINKED_CONFIG_KEYS
+    if connection.vendor == "postgresql":
+        launched = ("(CASE WHEN jsonb_typeof(\"runs_run\".\"resolved_config\") = 'object' "
+                    "THEN \"runs_run\".\"resolved_config\" ELSE \"runs_run\".\"config\" END)")
+        typed = f"jsonb_typeof({launched} -> %s)"
+        value = (f"CASE WHEN {typed} = 'number' THEN ({launched} ->> %s)::double precision END" if column.numeric
+                 else f"CASE WHEN {typed} = 'null' THEN NULL ELSE {launched} ->> %s END")
+        ref = key
+        submitted_missing = "COALESCE(jsonb_typeof(\"runs_run\".\"config\" -> %s), 'null') = 'null'"
+    else:
+        launched = ("(CASE WHEN json_type(\"runs_run\".\"resolved_config\") = 'object' "
+                    "THEN \"runs_run\".\"resolved_config\" ELSE \"runs_run\".\"config\" END)")
+        typed = f"json_type({launched}, %s)"
+        value = (f"CASE WHEN {typed} IN ('integer', 'real') THEN json_extract({launched}, %s) END" if column.numeric
+                 else f"CASE WHEN {typed} = 'null' THEN NULL ELSE CAST(json_extract({launched}, %s) AS TEXT) END")
+        ref = f'$."{key}"'  # a JSON path: the key is one of CONFIG_COLUMNS', and a parameter all the same
+        submitted_missing = "COALESCE(json_type(\"runs_run\".\"config\", %s), 'null') = 'null'"
+    params: list = [ref, ref]
+    if can_be_na:
+        placeholders = ", ".join(["%s"] * len(kinds))
+        value = (f"CASE WHEN {submitted_missing} AND \"runs_run\".\"kind\" NOT IN ({placeholders}) "
+                 f"THEN NULL ELSE {value} END")
+        params = [ref, *kinds, *params]
+    return RawSQL(value, params, output_field=FloatField() if column.numeric else TextField())
 
 
 def config_columns(values: Iterable[str] | str | None) -> list[ConfigColumn]:
