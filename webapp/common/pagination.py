@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 
 MAX_PAGE = 500
+_NOT_OURS = "The `after` cursor is not one this list gave out; start again from the first page."
 
 
 class CursorError(ValueError):
@@ -72,8 +74,7 @@ def decode_cursor(cursor: str, ordering: list[str]) -> list[Any]:
     except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         if isinstance(exc, CursorError):
             raise
-        raise CursorError("The `after` cursor is not one this list gave out; start again from the first page.") \
-            from None
+        raise CursorError(_NOT_OURS) from None
 
 
 def _after(ordering: list[str], values: list[Any]) -> Q:
@@ -88,13 +89,37 @@ def _after(ordering: list[str], values: list[Any]) -> Q:
     return condition
 
 
+def _rows_after(rows: QuerySet, ordering: list[str], values: list[Any]) -> QuerySet:
+    """rows after the cursor's values; CursorError when a value cannot be one of its field's (a cursor
+    of the right ordering made by hand: text for a number, a date that is not one, an id past bigint).
+
+    Django checks each value as it builds the filter; what PostgreSQL would only refuse when the
+    query runs (an integer past bigint, text with a NUL) is checked here.
+    """
+    try:
+        filtered = rows.filter(_after(ordering, values))
+    except (ValueError, TypeError, ValidationError, OverflowError):
+        raise CursorError(_NOT_OURS) from None
+    if any(_out_of_database_range(v) for v in values):
+        raise CursorError(_NOT_OURS)
+    return filtered
+
+
+def _out_of_database_range(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return not -2**63 <= value < 2**63
+    return isinstance(value, str) and "\x00" in value
+
+
 def keyset_page(queryset: QuerySet, *, ordering: list[str], after: str | None, limit: int) -> Page:
     """One page of `queryset` in `ordering` (the primary key appended), starting after the cursor."""
     ordering = _ordering_with_pk(ordering)
     limit = max(1, min(limit, MAX_PAGE))
     rows = queryset.order_by(*ordering)
     if after:
-        rows = rows.filter(_after(ordering, decode_cursor(after, ordering)))
+        rows = _rows_after(rows, ordering, decode_cursor(after, ordering))
     items = list(rows[: limit + 1])
     more = len(items) > limit
     items = items[:limit]

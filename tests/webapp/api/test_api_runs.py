@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -341,6 +342,26 @@ def test_a_cursor_of_another_sort_is_a_400(client, world, bearer):
     cursor = client.get(f"/api/projects/{world['slug']}/runs?limit=1", **bearer("viewer")).json()["next"]
     response = client.get(f"/api/projects/{world['slug']}/runs?sort=name&after={cursor}", **bearer("viewer"))
     assert response.status_code == 400 and "another sort order" in response.json()["errors"]["after"]
+
+
+@pytest.mark.parametrize("sort, values", [
+    ("-config.learning_rate", [0, "high", 1]), ("-reward", ["high", 1]), ("-created", ["yesterday", 1]),
+    ("name", ["a", 10**30]),
+])
+def test_a_hand_made_cursor_of_the_right_sort_with_wrong_values_is_a_400_and_the_page_says_so(
+        client, world, bearer, sort, values):
+    """The cursor names this sort's ordering (taken from a real one), but its values are not of its fields' kinds."""
+    for name in ("second", "third"):
+        Run.objects.create(project=world["project"], name=name, kind="grpo")
+    real = client.get(f"/api/projects/{world['slug']}/runs?sort={sort}&limit=1", **bearer("viewer")).json()["next"]
+    data = json.loads(base64.urlsafe_b64decode(real + "=" * (-len(real) % 4)))
+    assert len(data["v"]) == len(values)
+    cursor = base64.urlsafe_b64encode(json.dumps({**data, "v": values}).encode()).decode().rstrip("=")
+    response = client.get(f"/api/projects/{world['slug']}/runs?sort={sort}&after={cursor}", **bearer("viewer"))
+    assert response.status_code == 400 and "not one this list gave out" in response.json()["errors"]["after"]
+    client.force_login(world["project"].memberships.first().user)
+    page = client.get(f"/p/{world['slug']}/runs/?sort={sort}&after={cursor}")
+    assert page.status_code == 200 and "not one this list gave out" in page.content.decode()
 
 
 def _list_queries(client, slug: str, headers: dict) -> int:

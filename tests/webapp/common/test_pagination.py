@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
 
 from webapp.common.pagination import CursorError, keyset_page
@@ -47,3 +50,21 @@ def test_the_last_page_has_no_cursor_and_limits_are_clamped(runs):
     page = keyset_page(Run.objects.all(), ordering=["-id"], after=None, limit=10**9)
     assert len(page.items) == 23 and page.next_cursor is None
     assert len(keyset_page(Run.objects.all(), ordering=["-id"], after=None, limit=0).items) == 1
+
+
+def _forged(ordering: list[str], values: list) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"o": ordering, "v": values}).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(("ordering", "values"), [
+    (["-created_at", "-id"], ["2020", 1]),  # not a date
+    (["name", "id"], ["run 1", {"a": 1}]),  # not an id
+    (["name", "id"], ["run 1", "seven"]),
+    (["name", "id"], ["run 1", 10**30]),  # past bigint: PostgreSQL would refuse it only when the query runs
+    (["name", "id"], ["run \u0000 1", 3]),  # PostgreSQL text holds no NUL
+    (["-id"], [1.5e400]),
+])
+def test_a_cursor_of_the_right_ordering_with_values_of_the_wrong_kind_is_refused(runs, ordering, values):
+    """A cursor made by hand (the ordering copied, the values not this list's) is refused, not a server error."""
+    with pytest.raises(CursorError, match="not one this list gave out"):
+        keyset_page(Run.objects.all(), ordering=ordering[:-1] or ordering, after=_forged(ordering, values), limit=5)
