@@ -24,3 +24,15 @@ def load_bench_script(filename: str, *requires: tuple[str, str]) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def refusal(module: ModuleType, arguments: list[str], monkeypatch, capsys) -> str:
+    """What the script's main() prints to stderr when it refuses these command-line arguments.
+
+    In this process, as `python bench/<script> ARGUMENTS` parses them: the refusals come before
+    any model loads, so a process of their own would only time importing torch again."""
+    monkeypatch.setattr(sys, "argv", [f"bench/{module.__name__.removesuffix('_bench')}.py", *arguments])
+    with pytest.raises(SystemExit) as refused:
+        module.main()
+    assert refused.value.code == 2
+    return capsys.readouterr().err

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from environments.json_tool_call_tasks import workplace_json_tasks
-from tests.bench.bench_scripts import BENCH, load_bench_script
+from tests.bench.bench_scripts import BENCH, load_bench_script, refusal
 
 SCRIPT = BENCH / "grpo_step.py"
 
@@ -131,16 +131,12 @@ def test_the_paired_comparison_counts_the_tasks_each_side_alone_solved(grpo_step
     ("--evaluate-adapters", False, "holds no LoRA adapters"),
     ("--save-adapters", True, "is not empty"),
 ])
-def test_bad_adapter_folders_are_refused_before_any_model_loads(tmp_path, option, holds_a_run, message):
-    import subprocess
-
+def test_bad_adapter_folders_are_refused_before_any_model_loads(
+        grpo_step, tmp_path, option, holds_a_run, message, monkeypatch, capsys):
     if holds_a_run:
         (tmp_path / "ours_step_5").mkdir()
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tiny", option, str(tmp_path)], capture_output=True, text=True,
-    )
-    assert result.returncode == 2
-    assert f"{option} {tmp_path} {message}" in result.stderr
+    stderr = refusal(grpo_step, ["--tiny", option, str(tmp_path)], monkeypatch, capsys)
+    assert f"{option} {tmp_path} {message}" in stderr
 
 
 def test_our_trainer_alone_saves_its_adapters_after_every_block(tmp_path):
@@ -166,9 +162,6 @@ def test_our_trainer_alone_saves_its_adapters_after_every_block(tmp_path):
     (["--dynamic-sampling", "-1"], "--dynamic-sampling must be 0 (off) or a number of generation rounds"),
     (["--dynamic-sampling", "3", "--trl-only"], "--dynamic-sampling is our trainer's (TRL has none)"),
 ])
-def test_options_that_contradict_each_other_are_refused_before_any_model_loads(arguments, message):
-    import subprocess
-
-    result = subprocess.run([sys.executable, str(SCRIPT), "--tiny", *arguments], capture_output=True, text=True)
-    assert result.returncode == 2
-    assert message in result.stderr
+def test_options_that_contradict_each_other_are_refused_before_any_model_loads(
+        grpo_step, arguments, message, monkeypatch, capsys):
+    assert message in refusal(grpo_step, ["--tiny", *arguments], monkeypatch, capsys)

@@ -253,14 +253,16 @@ def test_a_row_of_the_other_format_is_rejected_as_the_wrong_schema(team, tmp_pat
     assert "choose the NeMo Gym format" in report.rejected[0]["reason"]
 
 
-def test_export_streams_100000_tasks_in_bounded_memory(team):
-    dataset = TaskDataset.objects.create(project=team["project"], name="big", environment="json_tool_call")
+def _add_tasks(dataset, first: int, last: int) -> None:
     tool = [{"name": "t", "description": "", "parameters": {"type": "object", "properties": {}}}]
     Task.objects.bulk_create(
         (Task(dataset=dataset, external_id=f"t{i}", messages=[{"role": "user", "content": f"request {i}"}],
               tools=tool, ground_truth=[{"name": "t", "arguments": {"i": i}}], content_hash=f"{i:064x}")
-         for i in range(100_000)), batch_size=5_000)
+         for i in range(first, last)), batch_size=5_000)
 
+
+def _export_peak(dataset) -> tuple[int, int, int]:
+    """Lines and characters the export sent, and the most memory it held at any time."""
     tracemalloc.start()
     try:
         lines = size = 0
@@ -270,10 +272,22 @@ def test_export_streams_100000_tasks_in_bounded_memory(team):
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    return lines, size, peak
 
-    assert lines == 100_000
-    assert size > 15_000_000  # the whole export is larger than ...
-    assert peak < 12_000_000, f"peak {peak / 1e6:.1f} MB"  # ... what was held at any time
+
+def test_export_streams_in_memory_that_does_not_grow_with_the_version(team):
+    """At 5,000 and at 30,000 tasks the export holds one database chunk of rows at most (about 10 MB
+    of parsed JSON), so a version of a million tasks streams in the memory of one of five thousand;
+    an export that read the version whole would hold six times more at 30,000."""
+    dataset = TaskDataset.objects.create(project=team["project"], name="big", environment="json_tool_call")
+    _add_tasks(dataset, 0, 5_000)
+    small_lines, small_size, small_peak = _export_peak(dataset)
+    _add_tasks(dataset, 5_000, 30_000)
+    lines, size, peak = _export_peak(dataset)
+
+    assert (small_lines, lines) == (5_000, 30_000)
+    assert size > 6 * small_size * 0.99
+    assert peak < 1.3 * small_peak, f"peak {peak / 1e6:.1f} MB at 30,000 against {small_peak / 1e6:.1f} at 5,000"
 
 
 def test_uploads_belong_to_their_user_and_project_and_cancel_deletes_them(team, tmp_path):
