@@ -37,8 +37,9 @@ from webapp.datasets.selectors.datasets import (
 from webapp.datasets.selectors.exports import EXPORT_FORMATS, export_filename, export_lines
 from webapp.datasets.services.datasets import (
     DatasetConflict,
+    dataset_name_format_problem,
+    dataset_name_taken,
     ensure_stats,
-    new_dataset_name_problem,
 )
 from webapp.datasets.services.generation import (
     ENVIRONMENTS,
@@ -394,7 +395,8 @@ def import_dataset(request, slug: str):
     `dry_run`: the report only (200), nothing written. Otherwise the new version is written in one
     transaction (201): a new dataset `name`, or `dataset`'s next version (its tasks plus the file's).
     A file that is too large, not UTF-8 or not JSONL is a 422 on `file`; a body that is not readable
-    multipart a 400; a dataset name or version made by another request at the same moment a 409."""
+    multipart a 400; a new `name` another dataset of the project has (also one another request made at
+    the same moment), or a version made by another request at the same moment, a 409."""
     project = get_project_or_404(request.user, slug, Role.EDITOR)
     parsed = _import_request(request)
     if isinstance(parsed, Status):
@@ -406,6 +408,8 @@ def import_dataset(request, slug: str):
                                default_split=form.split, description=form.description)
         upload = upload_store(file.chunks(), filename=file.name or "upload.jsonl", project=project,
                               user=request.user, declared_size=file.size)
+    except ImportConflict as exc:  # the new dataset's name is taken
+        return field_errors({exc.field: str(exc)}, 409)
     except ImportFileError as exc:
         return field_errors({exc.field: str(exc)})
     try:
@@ -452,7 +456,9 @@ def move_split(request, dataset_id: RowId, body: SplitMoveIn):
              summary="Generate synthetic tasks (a new version)")
 def generate_tasks(request, slug: str, body: GenerateIn):
     """The workplace generator over the chosen templates (held-out ones kept disjoint from the training ones);
-    each task's ground truth is executed before it is accepted. `dry_run`: the report and ten tasks."""
+    each task's ground truth is executed before it is accepted. `dry_run`: the report and ten tasks.
+    A new `name` another dataset of the project has is a 409 on `name`, as is a version or name another
+    request made at the same moment."""
     project = get_project_or_404(request.user, slug, Role.EDITOR)
     roles = default_roles()
     train = body.train_templates if body.train_templates is not None else [t for t, r in roles.items() if r == "train"]
@@ -467,9 +473,12 @@ def generate_tasks(request, slug: str, body: GenerateIn):
             if parent is None:
                 return field_errors({"dataset": "No such dataset version in this project."})
         elif not body.dry_run:
-            problem = new_dataset_name_problem(project, body.name.strip())
+            problem = dataset_name_format_problem(body.name.strip())
             if problem:
                 return field_errors({"name": problem})
+            taken = dataset_name_taken(project, body.name.strip())
+            if taken:
+                return field_errors({"name": taken}, 409)
         if body.dry_run:
             tasks, report = generate(spec)
             return Status(200, {"dry_run": True, "report": report.to_dict(),

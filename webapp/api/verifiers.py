@@ -239,19 +239,20 @@ def list_verifiers(request, slug: str):
     return [_verifier_out(v, by_verifier.get(v.pk, [])) for v in verifiers]
 
 
-@router.post("/projects/{slug}/verifiers", response={201: VerifierDetailOut, 422: FieldErrorsOut},
+@router.post("/projects/{slug}/verifiers", response={201: VerifierDetailOut, 409: FieldErrorsOut, 422: FieldErrorsOut},
              summary="Create a verifier (its v1)")
 def create_verifier(request, slug: str, body: VerifierIn):
     """A new verifier of a registry kind; its config becomes v1 (validated against the kind's JSON schema).
-    Field errors come back by config path (`config.timeout_seconds`); a name already in use is a 422 on
-    `name`, also for the losers of concurrent creations. An llm_judge config must pass the operator's
+    Field errors come back by config path (`config.timeout_seconds`); a name already in use is a 409 on
+    `name` (a conflict with the project's verifiers, as for datasets and review queues), also for the
+    losers of concurrent creations. An llm_judge config must pass the operator's
     judge policy (allowed hosts, configured judge keys). Editors and owners."""
     project = get_project_or_404(request.user, slug, Role.EDITOR)
     kinds = [k["name"] for k in config_form.kind_entries() if k["available"]]
     if body.kind not in kinds:
         return field_errors({"kind": f"Choose one of {', '.join(kinds)}."})
     if verifier_named(project, body.name) is not None:
-        return field_errors({"name": str(VerifierNameTaken(body.name))})
+        return field_errors({"name": str(VerifierNameTaken(body.name))}, 409)
     problems = config_form.config_problems(body.kind, body.config, project)
     if problems:
         return field_errors(problems)
@@ -259,7 +260,7 @@ def create_verifier(request, slug: str, body: VerifierIn):
         verifier = verifier_create(project=project, name=body.name, kind=body.kind, config=body.config,
                                    actor=request.user, description=body.description)
     except VerifierNameTaken as exc:  # a concurrent request created it between the check and now
-        return field_errors({"name": str(exc)})
+        return field_errors({"name": str(exc)}, 409)
     return Status(201, _detail(verifier))
 
 

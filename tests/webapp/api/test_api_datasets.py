@@ -113,7 +113,9 @@ def test_import_errors_are_field_errors(client, world, bearer, settings):
     csv = client.post(url, {"file": _upload(b"a,b\n1,2\n"), "name": "x"}, **bearer("editor"))
     assert csv.status_code == 422 and "not JSONL" in csv.json()["errors"]["file"]
     taken = client.post(url, {"file": _upload(_row(1).encode()), "name": "wp"}, **bearer("editor"))
-    assert taken.status_code == 422 and "exists already" in taken.json()["errors"]["name"]
+    assert taken.status_code == 409 and "exists already" in taken.json()["errors"]["name"]
+    assert client.post(url, {"file": _upload(_row(1).encode()), "name": "wp", "dry_run": "true"},
+                       **bearer("editor")).status_code == 409  # a check of the file that could not be created
     missing = client.post(url, {"name": "x"}, **bearer("editor"))
     assert missing.status_code == 422 and list(missing.json()["errors"]) == ["file"]
     settings.CRUCIBLE_IMPORT_MAX_BYTES = 100
@@ -167,6 +169,11 @@ def test_generate_previews_then_creates(client, world, bearer):
     both = client.post(url, {"n": 5, "train_templates": ["pm_move_task"], "held_out_templates": ["pm_move_task"],
                              "name": "g2"}, content_type="application/json", **bearer("editor"))
     assert both.status_code == 422 and "templates" in both.json()["errors"]
+    taken = client.post(url, {"n": 5, "name": "gen"}, content_type="application/json", **bearer("editor"))
+    assert taken.status_code == 409 and "exists already" in taken.json()["errors"]["name"]
+    unnamed = client.post(url, {"n": 5, "name": " "}, content_type="application/json", **bearer("editor"))
+    assert unnamed.status_code == 422 and "Name the new dataset" in unnamed.json()["errors"]["name"]
+    assert TaskDataset.objects.filter(project=world["project"], name="gen").count() == 1
     assert client.post(url, {"n": 5, "name": "g3"}, content_type="application/json",
                        **bearer("viewer")).status_code == 403
 

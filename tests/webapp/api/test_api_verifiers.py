@@ -68,7 +68,7 @@ def test_create_a_verifier(client, project_team, bearer):
     missing = _post(client, url, {"name": "other", "kind": "python", "config": {}}, bearer("editor"))
     assert missing.status_code == 422 and missing.json()["errors"] == {"config.code": "Required."}
     dup = _post(client, url, {"name": "mine", "kind": "python", "config": {"code": code}}, bearer("editor"))
-    assert dup.status_code == 422 and "name" in dup.json()["errors"]
+    assert dup.status_code == 409 and "already has a verifier named" in dup.json()["errors"]["name"]
     kind = _post(client, url, {"name": "x", "kind": "nope", "config": {}}, bearer("editor"))
     assert kind.status_code == 422 and "kind" in kind.json()["errors"]
     nul = _post(client, url, {"name": "x", "kind": "python", "config": {"code": "a\u0000b"}}, bearer("editor"))

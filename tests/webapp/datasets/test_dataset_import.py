@@ -29,6 +29,7 @@ from webapp.datasets.services.generation import (
     templates,
 )
 from webapp.datasets.services.imports import (
+    ImportConflict,
     ImportFileError,
     import_check,
     import_create,
@@ -136,7 +137,7 @@ def test_a_new_version_skips_what_the_parent_holds(team, tmp_path):
 def test_an_existing_name_or_an_unknown_parent_is_a_field_error(team):
     project = team["project"]
     dataset_create(project=project, name="taken", tasks=generate_tasks(2, 0), actor=team["owner"])
-    with pytest.raises(ImportFileError) as taken:
+    with pytest.raises(ImportConflict) as taken:  # the API's 409: the name is fine, the project has it
         import_target(project=project, name="taken")
     assert taken.value.field == "name" and "exists already" in str(taken.value)
     other = dataset_create(project=team["other"], name="theirs", tasks=generate_tasks(2, 0), actor=team["outsider"])

@@ -1,5 +1,5 @@
 """Verifiers under hostile input: the same name created 8 times at once (one verifier, seven identical
-422s on `name`, never a 500) and JSON nested 10,000 levels deep in the playground's task, output and
+409s on `name`, never a 500) and JSON nested 10,000 levels deep in the playground's task, output and
 config inputs (a 422 that says so, never a RecursionError's 500)."""
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def test_eight_concurrent_creations_of_one_name_make_one_verifier(project_team):
         responses = _race(8, lambda _i, body=body: Client().post(
             path, body, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}"))
         statuses = sorted(r.status_code for r in responses)
-        assert statuses == [201] + [422] * 7, [r.content for r in responses]
-        errors = {json.dumps(r.json()["errors"]) for r in responses if r.status_code == 422}
+        assert statuses == [201] + [409] * 7, [r.content for r in responses]
+        errors = {json.dumps(r.json()["errors"]) for r in responses if r.status_code == 409}
         assert errors == {json.dumps({"name": str(VerifierNameTaken(name))})}
         assert Verifier.objects.filter(project=project_team["project"], name=name).count() == 1
         assert VerifierVersion.objects.filter(verifier__name=name).count() == 1
@@ -50,13 +50,13 @@ def test_the_service_answers_a_lost_race_with_the_name_error(project_team):
     assert all(isinstance(r, VerifierNameTaken) for r in results if not isinstance(r, Verifier)), results
 
 
-def test_a_taken_name_is_the_same_422_on_the_api(client, project_team, bearer):
+def test_a_taken_name_is_the_same_409_on_the_api(client, project_team, bearer):
     verifier_create(project=project_team["project"], name="calls", kind="json_tool_call", config={},
                     actor=project_team["editor"])
     response = client.post(f"/api/projects/{project_team['project'].slug}/verifiers",
                            json.dumps({"name": "calls", "kind": "json_tool_call", "config": {}}),
                            content_type="application/json", **bearer("editor"))
-    assert response.status_code == 422
+    assert response.status_code == 409
     assert response.json()["errors"] == {"name": str(VerifierNameTaken("calls"))}
 
 

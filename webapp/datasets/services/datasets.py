@@ -230,10 +230,21 @@ NAME_MAX = 200  # TaskDataset.name
 
 def new_dataset_name_problem(project: Project, name: str) -> str | None:
     """Why `name` cannot name a new dataset of the project (empty, too long, taken), or None."""
+    return dataset_name_format_problem(name) or dataset_name_taken(project, name)
+
+
+def dataset_name_format_problem(name: str) -> str | None:
+    """Why `name` is no dataset name at all (empty, too long, a NUL), or None: a bad field (the API's 422)."""
     if not name:
         return "Name the new dataset, or choose a dataset to add a version to."
     if len(name) > NAME_MAX or "\x00" in name:
         return f"A dataset name has at most {NAME_MAX} characters (and no NUL)."
+    return None
+
+
+def dataset_name_taken(project: Project, name: str) -> str | None:
+    """What to do when another dataset of the project has `name`, or None. A conflict with what the
+    project holds, not a bad field: the API answers 409, as it does when a concurrent request wins."""
     if TaskDataset.objects.filter(project=project, name=name).exists():
         return (f"A dataset named {name!r} exists already: choose it under “Add to dataset” to make its next "
                 "version, or pick another name.")

@@ -52,8 +52,9 @@ from webapp.datasets.models import Lineage, Source, Split, Task, TaskDataset
 from webapp.datasets.services.datasets import (
     DatasetConflict,
     dataset_create,
+    dataset_name_format_problem,
+    dataset_name_taken,
     dataset_new_version,
-    new_dataset_name_problem,
     task_content_hash,
     task_row,
 )
@@ -95,7 +96,8 @@ class ImportFileError(ValueError):
 
 
 class ImportConflict(ImportFileError):
-    """Another request made the same dataset name or version at the same moment (the API answers 409)."""
+    """The new dataset's name is taken, before this request or by another at the same moment, or another
+    request made the same version at the same moment (the API answers 409)."""
 
 
 class RowError(ValueError):
@@ -139,9 +141,12 @@ def import_target(*, project: Project, name: str = "", parent_id: int | None = N
         if parent is None:
             raise ImportFileError("No such dataset version in this project.", "dataset")
     else:
-        problem = new_dataset_name_problem(project, name)
+        problem = dataset_name_format_problem(name)
         if problem:
             raise ImportFileError(problem, "name")
+        taken = dataset_name_taken(project, name)
+        if taken:
+            raise ImportConflict(taken, "name")
     if len(description) > 10_000 or "\x00" in description:
         raise ImportFileError("The description has at most 10,000 characters (and no NUL).", "description")
     return ImportTarget(name=name, parent=parent, format=format, default_split=default_split,
