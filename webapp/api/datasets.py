@@ -460,6 +460,7 @@ def generate_tasks(request, slug: str, body: GenerateIn):
     A new `name` another dataset of the project has is a 409 on `name`, as is a version or name another
     request made at the same moment."""
     project = get_project_or_404(request.user, slug, Role.EDITOR)
+    name = body.name.strip()
     roles = default_roles()
     train = body.train_templates if body.train_templates is not None else [t for t, r in roles.items() if r == "train"]
     held = (body.held_out_templates if body.held_out_templates is not None
@@ -473,17 +474,17 @@ def generate_tasks(request, slug: str, body: GenerateIn):
             if parent is None:
                 return field_errors({"dataset": "No such dataset version in this project."})
         elif not body.dry_run:
-            problem = dataset_name_format_problem(body.name.strip())
+            problem = dataset_name_format_problem(name)
             if problem:
                 return field_errors({"name": problem})
-            taken = dataset_name_taken(project, body.name.strip())
+            taken = dataset_name_taken(project, name)
             if taken:
                 return field_errors({"name": taken}, 409)
         if body.dry_run:
             tasks, report = generate(spec)
             return Status(200, {"dry_run": True, "report": report.to_dict(),
                                 "preview": [t.to_dict() for t in tasks[:PREVIEW_SIZE]], "dataset": None})
-        created, report = generation_create(project=project, spec=spec, actor=request.user, name=body.name.strip(),
+        created, report = generation_create(project=project, spec=spec, actor=request.user, name=name,
                                             parent=parent, description=body.description)
     except GenerationError as exc:
         return field_errors(exc.errors, 409 if exc.conflict else 422)
