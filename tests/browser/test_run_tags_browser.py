@@ -57,13 +57,14 @@ def test_an_editor_tags_a_run_inline_and_a_chip_filters_the_table(page, live_ser
 
 def test_a_click_on_a_metric_header_sorts_the_table_best_first_and_a_second_click_worst_first(
         page, live_server, project_team):
-    from webapp.runs.models import MetricPoint
+    from webapp.runs.services.ingest import EventIngestor
 
     project = project_team["project"]
     rewards = {"middling": 0.4, "best": 0.9, "worst": 0.1}
     runs = {name: Run.objects.create(project=project, name=f"{name} {HOSTILE}", kind="grpo") for name in rewards}
     for name, reward in rewards.items():
-        MetricPoint.objects.create(run=runs[name], step=1, split="train", name="reward", value=reward)
+        EventIngestor(runs[name], attempt=1).ingest(
+            [{"type": "metric", "step": 1, "split": "train", "metrics": {"reward": reward}}])
     bare = Run.objects.create(project=project, name="no reward yet", kind="grpo")
     seen = watch(page)
     login(page, live_server, "viewer")

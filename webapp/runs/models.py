@@ -7,10 +7,14 @@ of that attempt is fenced by it (see services/jobs.py).
 
 from __future__ import annotations
 
+import sys
 import uuid
+from collections.abc import Iterator
 
 from django.conf import settings
 from django.db import models
+from django.db.models import F, FloatField, Value
+from django.db.models.functions import Coalesce
 
 from webapp.datasets.models import TaskDataset
 from webapp.projects.models import Project
@@ -75,6 +79,30 @@ def run_tag_key(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
+HEADLINE_SORT_KEYS = ("reward", "validation", "held_out")
+"""The runs table's headline columns that it sorts by (?sort=reward, ...), each stored as Run.headline_<key>."""
+
+
+def headline_sort_key(key: str, *, descending: bool) -> Coalesce:
+    """What a headline sort orders by: the stored value, and for a run without one the far end of the
+    float range in the direction of the sort, so that it comes last either way (keyset pages need a
+    non-null key). The index of that direction (headline_sort_indexes) holds the same expression."""
+    missing = -sys.float_info.max if descending else sys.float_info.max
+    return Coalesce(F(f"headline_{key}"), Value(missing), output_field=FloatField())
+
+
+def headline_sort_indexes() -> Iterator[models.Index]:
+    """One index per headline and direction: a project's runs in sort order, so that a page of the
+    runs table sorted by a headline reads its rows from the index, whatever the number of runs."""
+    for key in HEADLINE_SORT_KEYS:
+        for descending in (True, False):
+            value = headline_sort_key(key, descending=descending)
+            yield models.Index(
+                F("project"), value.desc() if descending else value.asc(), F("id").desc() if descending else F("id").asc(),
+                name=f"run_{key}_{'desc' if descending else 'asc'}",
+            )
+
+
 class Run(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
     storage_key = models.UUIDField(
@@ -117,10 +145,23 @@ class Run(models.Model):
         help_text="Short labels (lower case, at most 20), to find and filter runs by; PostgreSQL indexes them (GIN).",
     )
     note = models.TextField(blank=True, default="", help_text="Free text about the run (at most 5,000 characters).")
+    # The runs table's headline values, stored so that sorting by one is an index scan and not a
+    # subquery a run (webapp.runs.services.headlines keeps them; the table's cells read the metrics).
+    headline_reward = models.FloatField(
+        null=True, blank=True, editable=False,
+        help_text="The run's latest train reward, as the runs table shows it; kept by the metric writes.")
+    headline_validation = models.FloatField(
+        null=True, blank=True, editable=False,
+        help_text="The run's latest validation success, or its latest evaluated checkpoint's, as the runs "
+                  "table shows it; kept by the metric writes and the evaluations' status changes.")
+    headline_held_out = models.FloatField(
+        null=True, blank=True, editable=False,
+        help_text="The run's latest held-out success, or its latest evaluated checkpoint's, as the runs "
+                  "table shows it; kept by the metric writes and the evaluations' status changes.")
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["project", "-created_at"])]
+        indexes = [models.Index(fields=["project", "-created_at"]), *headline_sort_indexes()]
         constraints = [
             models.UniqueConstraint(fields=["project", "import_key"], condition=~models.Q(import_key=""),
                                     name="uniq_run_import_key"),

@@ -10,7 +10,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from webapp.runs.models import Checkpoint, Job, JobState, MetricPoint, ModelSpec, Run, RunStatus
+from webapp.runs.models import Checkpoint, Job, JobState, ModelSpec, Run, RunStatus
+from webapp.runs.services.ingest import EventIngestor
 
 ROLES = ["viewer", "reviewer", "editor", "owner"]
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -39,11 +40,10 @@ def _post(client, path: str, headers: dict, body: dict | None = None):
 
 
 def _add_points(run: Run, name: str, values, *, split: str = "train", first_step: int = 0):
-    MetricPoint.objects.bulk_create(
-        [MetricPoint(run=run, step=first_step + i, split=split, name=name, value=v,
-                     recorded_at=T0 + timedelta(seconds=first_step + i)) for i, v in enumerate(values)],
-        batch_size=5000,
-    )
+    """Store `values` at consecutive steps as the ingest service stores a training process's metrics."""
+    EventIngestor(run, attempt=1).ingest([
+        {"type": "metric", "step": first_step + i, "split": split, "metrics": {name: v},
+         "time": (T0 + timedelta(seconds=first_step + i)).timestamp()} for i, v in enumerate(values)])
 
 
 RUN_BODY = {"name": "quick grpo", "kind": "grpo", "config": {"device": "cpu", "max_steps": 2},

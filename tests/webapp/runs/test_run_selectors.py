@@ -21,17 +21,17 @@ from webapp.runs.selectors.runs import (
     run_headline_metrics,
     run_list,
 )
+from webapp.runs.services.ingest import EventIngestor
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def add_points(run: Run, name: str, values, *, split: str = "train", first_step: int = 0, seconds: float = 1.0):
-    """Store `values` at consecutive steps, `seconds` apart in recorded time."""
-    MetricPoint.objects.bulk_create(
-        [MetricPoint(run=run, step=first_step + i, split=split, name=name, value=v,
-                     recorded_at=T0 + timedelta(seconds=seconds * (first_step + i))) for i, v in enumerate(values)],
-        batch_size=5000,
-    )
+    """Store `values` at consecutive steps, `seconds` apart in recorded time, as a training process's
+    metric events are stored (the ingest service, which also keeps the run's stored headlines)."""
+    EventIngestor(run, attempt=1).ingest([
+        {"type": "metric", "step": first_step + i, "split": split, "metrics": {name: v},
+         "time": (T0 + timedelta(seconds=seconds * (first_step + i))).timestamp()} for i, v in enumerate(values)])
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
-import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +32,6 @@ from django.db.models import (
     OuterRef,
     Q,
     QuerySet,
-    Subquery,
     TextField,
     Value,
     When,
@@ -42,7 +40,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from training.config import RUN_CONFIG_SCHEMA, RunConfig
+from training.config import RUN_CONFIG_SCHEMA
 from webapp.common.pagination import Page, keyset_page
 from webapp.projects.models import Project
 from webapp.runs.models import (
@@ -54,9 +52,17 @@ from webapp.runs.models import (
     Run,
     RunKind,
     RunStatus,
+    headline_sort_key,
     run_tag_key,
 )
 from webapp.runs.selectors.checkpoints import checkpoint_measured_metrics
+from webapp.runs.selectors.headlines import (
+    BORROWED_SPLITS,
+    HEADLINE_METRICS,
+    METRIC_SORTS,
+    Headline,
+    latest_value,
+)
 from webapp.runs.selectors.metric_direction import metric_direction
 from webapp.runs.selectors.series import DEFAULT_BUCKETS, downsample
 from webapp.runs.services.run_config import LINKED_CONFIG_KEYS
@@ -81,9 +87,6 @@ RUN_SORTS: dict[str, list[str]] = {
     "kind": ["kind"],
     "-kind": ["-kind"],
 }
-# ?sort= value -> the headline metric it orders by (HEADLINE_METRICS below); "-" puts the highest first.
-METRIC_SORTS: dict[str, str] = {"reward": "train/reward", "validation": "validation/success_rate",
-                                "held_out": "held_out/success_rate"}
 RUN_SORTS.update({f"{sign}{name}": [f"{sign}{name}_value"] for name in METRIC_SORTS for sign in ("-", "")})
 DEFAULT_RUN_SORT = "-created"
 RUN_SORT_LABELS: dict[str, str] = {
@@ -128,19 +131,12 @@ def run_list(
 def _with_metric_sort_value(runs: QuerySet[Run], sort: str, *, descending: bool) -> QuerySet[Run]:
     """Annotate <sort>_value: the value the runs table shows for METRIC_SORTS[sort], to order by.
 
-    The value is the run's own latest one or, for an evaluation headline it did not record, the
-    one its checkpoints' evaluations lend it: what run_headline_cells shows in the same column.
-    Keyset pagination needs a non-null key, so a run without the metric takes the far end of the
-    float range, after every real value in either direction: one expression, which PostgreSQL
-    computes once a row (a flag beside the value doubled the subqueries). The name differs per
-    metric so that a cursor of one metric's order is refused by another's.
+    It is the run's stored headline (Run.headline_<sort>, which webapp.runs.services.headlines
+    keeps equal to headline_value(sort), the value of the table's cell), so that the project's
+    index of that order answers the page instead of a subquery for every run of the project. The
+    name differs per metric so that a cursor of one metric's order is refused by another's.
     """
-    h = next(h for h in HEADLINE_METRICS if h.key == METRIC_SORTS[sort])
-    value = _latest_value(h.split, h.name)
-    if h.split in _BORROWED_SPLITS:
-        value = Coalesce(value, _latest_checkpoint_evaluation_value(h.split, h.name))
-    last = -sys.float_info.max if descending else sys.float_info.max
-    return runs.annotate(**{f"{sort}_value": Coalesce(value, Value(last), output_field=FloatField())})
+    return runs.annotate(**{f"{sort}_value": headline_sort_key(sort, descending=descending)})
 
 
 def _filtered_runs(runs: QuerySet[Run], **filters: str | int | None) -> QuerySet[Run]:
@@ -385,53 +381,6 @@ def config_cell(run: Run, key: str) -> tuple[str | None, ConfigCellState]:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Headline:
-    """A metric shown as a column of the runs table and in the run header."""
-
-    key: str
-    split: str
-    name: str
-    label: str
-
-
-HEADLINE_METRICS: tuple[Headline, ...] = (
-    Headline("train/reward", "train", "reward", "Reward"),
-    Headline("validation/success_rate", "validation", "success_rate", "Validation success"),
-    Headline("held_out/success_rate", "held_out", "success_rate", "Held-out success"),
-)
-
-
-def _latest_value(split: str, name: str) -> Subquery:
-    """The run's value at its highest step: one backward seek on (run, name, split, step)."""
-    points = MetricPoint.objects.filter(run=OuterRef("pk"), split=split, name=name).order_by("-step")
-    return Subquery(points.values("value")[:1])
-
-
-_BORROWED_SPLITS = ("validation", "held_out")
-"""The headline splits a run may borrow from its checkpoints' evaluations (train metrics never are)."""
-
-
-def _latest_checkpoint_evaluation_value(split: str, name: str) -> Subquery:
-    """checkpoint_headlines' value in SQL: the latest finished evaluation of the run's latest evaluated checkpoint.
-
-    Among the evaluation runs of the run's checkpoints that measured `split` (their config's
-    eval_split, training's default when it names none), the one of the highest step wins, then
-    the latest run of it, then its last step.
-    """
-    default_split = RunConfig.__dataclass_fields__["eval_split"].default
-    measures_split = Q(run__config__eval_split=split)
-    if split == default_split:
-        measures_split |= Q(run__config__eval_split__isnull=True) | Q(run__config__eval_split=None) \
-            | Q(run__config__eval_split="")
-    points = (MetricPoint.objects
-              .filter(run__parent_checkpoint__run=OuterRef("pk"), run__kind=RunKind.EVAL,
-                      run__status=RunStatus.SUCCEEDED, split=split, name=name)
-              .filter(measures_split)
-              .order_by("-run__parent_checkpoint__step", "-run_id", "-step"))
-    return Subquery(points.values("value")[:1])
-
-
 def run_headline_metrics(runs: Iterable[Run]) -> dict[int, dict[str, float | None]]:
     """Latest value of each HEADLINE_METRICS entry per run, keyed by run id then metric key.
 
@@ -442,7 +391,7 @@ def run_headline_metrics(runs: Iterable[Run]) -> dict[int, dict[str, float | Non
     ids = [run.pk for run in runs]
     if not ids:
         return {}
-    columns = {f"h{i}": _latest_value(m.split, m.name) for i, m in enumerate(HEADLINE_METRICS)}
+    columns = {f"h{i}": latest_value(m.split, m.name) for i, m in enumerate(HEADLINE_METRICS)}
     rows = Run.objects.filter(pk__in=ids).order_by().annotate(**columns).values_list("pk", *columns)
     return {pk: {m.key: value for m, value in zip(HEADLINE_METRICS, values, strict=True)} for pk, *values in rows}
 
@@ -496,7 +445,7 @@ def checkpoint_headlines(runs: Iterable[Run], headline: Mapping[int, Mapping[str
     run and the experiment that chose it), with the words that say where from. Train metrics are
     never borrowed. Four queries for a page of runs, and none when every run recorded its own.
     """
-    wanted = {run.pk: [h for h in HEADLINE_METRICS if h.split in _BORROWED_SPLITS
+    wanted = {run.pk: [h for h in HEADLINE_METRICS if h.split in BORROWED_SPLITS
                        and headline.get(run.pk, {}).get(h.key) is None] for run in runs}
     wanted = {pk: missing for pk, missing in wanted.items() if missing}
     if not wanted:

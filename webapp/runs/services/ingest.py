@@ -30,6 +30,7 @@ from django.db.models import OuterRef, Subquery
 from webapp.datasets.models import Task
 from webapp.datasets.selectors.datasets import dataset_holding_task_ids
 from webapp.runs.models import Checkpoint, MetricPoint, Run
+from webapp.runs.services.headlines import is_headline_metric, run_headlines_refresh_around
 from webapp.trajectories.models import (
     FAILURE_BUCKETS,
     BucketRollup,
@@ -97,6 +98,8 @@ class EventIngestor:
             report.metrics = self._ingest_metrics(metrics)
             report.trajectories = self._ingest_trajectories(trajectories)
             report.checkpoints = self._ingest_checkpoints(checkpoints)
+            if any(_holds_headline(event) for event in metrics):
+                run_headlines_refresh_around([self.run.pk])
         return report
 
     def _ingest_metrics(self, events: list[dict]) -> int:
@@ -212,6 +215,12 @@ def discard_superseded_rows(run: Run, *, resumed_from: int | None) -> None:
     StepRollup.objects.filter(run=run, **after).delete()
     BucketRollup.objects.filter(run=run, **after).delete()
     Checkpoint.objects.filter(run=run, **after).exclude(aliases__isnull=False).delete()
+    run_headlines_refresh_around([run.pk])
+
+
+def _holds_headline(event: dict) -> bool:
+    split = str(event.get("split"))
+    return any(is_headline_metric(split, str(name)) for name in (event.get("metrics") or {}))
 
 
 def _without_nul(value):

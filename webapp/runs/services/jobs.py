@@ -27,6 +27,7 @@ from django.utils import timezone
 from webapp.projects.models import Project
 from webapp.projects.services.webhooks import Notice, notify
 from webapp.runs.models import ACTIVE_JOB_STATES, FINAL_JOB_STATES, Job, JobState, Run, RunStatus
+from webapp.runs.services.headlines import borrowers_headlines_refresh
 
 # Which Celery queue a job kind goes to (DESIGN.md "Storage and processes").
 QUEUE_BY_KIND: dict[str, str] = {
@@ -107,6 +108,7 @@ def job_create(
     )
     if run is not None:
         Run.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED)
+        borrowers_headlines_refresh([run.pk])
     transaction.on_commit(lambda: enqueue_job_message(job.pk, job.queue))
     return job
 
@@ -143,6 +145,7 @@ def job_mark_running(*, job_id: int, attempt: int) -> None:
     if run_id:
         Run.objects.filter(pk=run_id).update(status=RunStatus.RUNNING)
         Run.objects.filter(pk=run_id, started_at__isnull=True).update(started_at=now)
+        borrowers_headlines_refresh([run_id])
 
 
 @dataclass(frozen=True)
@@ -351,4 +354,5 @@ def _sync_run_status(job: Job) -> None:
     if job.state in FINAL_JOB_STATES:
         fields["finished_at"] = job.finished_at
     Run.objects.filter(pk=job.run_id).update(**fields)
+    borrowers_headlines_refresh([job.run_id])
 

@@ -81,6 +81,7 @@ from webapp.common import strict_json
 from webapp.datasets.models import TaskDataset
 from webapp.projects.models import Project
 from webapp.runs.models import Checkpoint, MetricPoint, ModelSpec, Run, RunKind, RunStatus
+from webapp.runs.services.headlines import borrowers_headlines_refresh
 from webapp.runs.services.ingest import EventIngestor
 from webapp.runs.services.run_config import resolved_run_config, run_config_problems
 from webapp.verifiers.models import VerifierVersion
@@ -838,6 +839,8 @@ class _ImportState:
             for name, value in changed.items():
                 setattr(run, name, value)
             run.save(update_fields=list(changed))
+        if "status" in changed:
+            borrowers_headlines_refresh([run.pk])
         report.run_name = run.name
 
 
