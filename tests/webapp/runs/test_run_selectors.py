@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
+from django.db.models import Max
+from django.test.utils import CaptureQueriesContext
 
 from webapp.common.pagination import CursorError
 from webapp.runs.models import Checkpoint, Experiment, Job, JobState, MetricPoint, ModelSpec, Run
@@ -14,6 +17,7 @@ from webapp.runs.selectors.runs import (
     SeriesError,
     config_cell,
     job_eta_seconds,
+    metric_latest,
     metric_names,
     metric_series,
     run_detail,
@@ -369,6 +373,63 @@ def test_metric_names_are_distinct_sorted_pairs(run):
     add_points(run, "kl", [1, 2])
     add_points(run, "success_rate", [0.5], split="validation")
     assert metric_names(run) == [("train", "kl"), ("train", "reward"), ("validation", "success_rate")]
+
+
+@pytest.fixture
+def many_series(project, run):
+    """Series whose names and splits interleave in the index's (name, split) order and in the
+    pages' (split, name) order, of different lengths and last steps, beside another run's points."""
+    add_points(run, "reward", [0.1, 0.2, 0.3])
+    add_points(run, "reward", [0.9], split="validation", first_step=40)
+    add_points(run, "rew", [7.0, 8.0], first_step=5)
+    add_points(run, "reward/std", [0.5] * 4)
+    add_points(run, "Reward", [3.0])
+    add_points(run, "kl", [1.0, 2.0, 4.0], first_step=100)
+    add_points(run, "réussite", [0.25], split="held_out", first_step=7)
+    add_points(run, "a" * 128, [1.5], split="validation")
+    other = Run.objects.create(project=project, name="other", kind="grpo")
+    add_points(other, "reward", [5.0] * 3, first_step=1000)
+    add_points(other, "zz", [1.0])
+    return run
+
+
+def test_metric_names_and_latest_find_every_series_and_its_last_point_in_the_pages_order(many_series):
+    """The same answer as reading every point (the query before the index skip scan), on either database."""
+    run = many_series
+    every = MetricPoint.objects.filter(run=run)
+    expected_names = list(every.order_by("split", "name").values_list("split", "name").distinct())
+    assert metric_names(run) == expected_names and len(expected_names) == 8
+    last_steps = dict(((r["split"], r["name"]), r["last"]) for r in every.values("split", "name").annotate(last=Max("step")))
+    latest = metric_latest(run)
+    assert [(m.split, m.name) for m in latest] == expected_names
+    assert {(m.split, m.name): m.step for m in latest} == last_steps
+    by_pair = {(m.split, m.name): m.value for m in latest}
+    assert by_pair[("train", "reward")] == 0.3 and by_pair[("validation", "reward")] == 0.9
+    assert by_pair[("train", "kl")] == 4.0 and by_pair[("held_out", "réussite")] == 0.25
+    assert metric_names(Run.objects.create(project=run.project, name="empty", kind="grpo")) == []
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the index skip scan is PostgreSQL's")
+def test_metric_names_and_latest_read_a_few_index_entries_a_series_not_the_runs_points(many_series):
+    """The live panel asks for the run's series every few seconds while it trains: on PostgreSQL the
+    answer costs a few index entries a series, so a run of a million points costs what a short one does.
+    Counted in EXPLAIN ANALYZE: the rows every scan of runs_metricpoint returned, in all its loops."""
+    run = many_series
+    add_points(run, "reward", [0.5] * 3000, first_step=3)  # one long series: 3,003 points
+    with CaptureQueriesContext(connection) as queries:
+        assert metric_latest(run)[-1].name == "reward"
+    (sql,) = [q["sql"] for q in queries.captured_queries]
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
+        plan = cursor.fetchone()[0]
+        plan = json.loads(plan) if isinstance(plan, str) else plan
+
+    def scanned(node: dict) -> int:
+        own = node["Actual Rows"] * node["Actual Loops"] if node.get("Relation Name") == "runs_metricpoint" else 0
+        return own + sum(scanned(child) for child in node.get("Plans", []))
+
+    read = scanned(plan[0]["Plan"])
+    assert 0 < read <= 3 * len(metric_names(run)), read  # 8 series; reading the points would be 3,018 rows
 
 
 # --- series ----------------------------------------------------------------------------
