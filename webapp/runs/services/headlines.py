@@ -28,10 +28,12 @@ from webapp.runs.selectors.headlines import HEADLINE_METRICS, headline_value
 
 def run_headlines_refresh(run_ids: Iterable[int]) -> int:
     """Store the headline values of these runs as the table shows them now; the number of runs updated."""
-    ids = sorted({int(i) for i in run_ids if i is not None})
-    if not ids:
-        return 0
-    return Run.objects.filter(pk__in=ids).update(**{f"headline_{key}": headline_value(key) for key in HEADLINE_SORT_KEYS})
+    values = {f"headline_{key}": headline_value(key) for key in HEADLINE_SORT_KEYS}
+    # One row at a time, newest first: an evaluation is newer than the run it lends to, and the job
+    # services lock the evaluation's row (its status) before its lender's, so every writer takes the
+    # two rows' locks in the same order and two of them cannot deadlock.
+    return sum(Run.objects.filter(pk=pk).update(**values)
+               for pk in sorted({int(i) for i in run_ids if i is not None}, reverse=True))
 
 
 def headline_dependents(run_ids: Iterable[int]) -> set[int]:
