@@ -260,6 +260,10 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["state", "lease_expires_at"]),
             models.Index(fields=["project", "-created_at"]),
+            # The jobs list filtered by one state, kind or queue, newest first (and the checkpoints
+            # page's export jobs): a page read from the index, however many other jobs the project has.
+            *(models.Index(fields=["project", column, "-created_at", "-id"], name=f"job_project_{column}_newest")
+              for column in ("state", "kind", "queue")),
         ]
 
     def __str__(self) -> str:
