@@ -7,7 +7,7 @@ project: 66 to 121 ms of SQL at 10,000 runs, growing with every run. Stored on t
 indexed per direction, a sorted page reads 51 rows from an index at any number of runs.
 
 A stored value is recomputed, with the very expression the table's cells use
-(selectors.runs.headline_value), whenever something it depends on changes:
+(selectors.headlines.headline_value), whenever something it depends on changes:
 
 - the run's own metric points: written by EventIngestor, removed by discard_superseded_rows;
 - an evaluation of one of the run's checkpoints: its metric points (above) and its status
@@ -55,7 +55,8 @@ def run_headlines_refresh_around(run_ids: Iterable[int]) -> int:
 def borrowers_headlines_refresh(run_ids: Iterable[int]) -> int:
     """After a change to these runs' status: refresh the runs whose checkpoints they evaluate (an
     evaluation lends its result only once it has succeeded; a run's own values do not depend on it)."""
-    return run_headlines_refresh(headline_dependents(run_ids) - {int(i) for i in run_ids if i is not None})
+    ids = {int(i) for i in run_ids if i is not None}
+    return run_headlines_refresh(headline_dependents(ids) - ids)
 
 
 def all_headlines_refresh() -> int:
