@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
+from tests.webapp.plans import plan_without_sort
 from training.events import EventWriter
 from webapp.runs.models import HEADLINE_SORT_KEYS, Checkpoint, Run, RunStatus
 from webapp.runs.selectors.headlines import METRIC_SORTS, headline_value
@@ -164,14 +164,7 @@ def test_a_headline_sort_reads_its_page_from_the_index_of_its_order(project, sor
                                                   metric(1, "held_out", success_rate=i / 60)])
     first = run_list(project, sort=sort, limit=20)
     for after in (None, first.next_cursor):
-        with CaptureQueriesContext(connection) as queries:
-            run_list(project, sort=sort, after=after, limit=20)
-        (sql,) = [q["sql"] for q in queries.captured_queries if "ORDER BY" in q["sql"]]
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL enable_sort = off")
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute(f"EXPLAIN {sql}")
-            plan = "\n".join(row[0] for row in cursor.fetchall())
+        plan = plan_without_sort(lambda: run_list(project, sort=sort, after=after, limit=20), "ORDER BY")  # noqa: B023
         key = sort.lstrip("-")
         direction = "desc" if sort.startswith("-") else "asc"
         assert f"Index Scan using run_{key}_{direction} on runs_run" in plan, plan
