@@ -31,8 +31,13 @@ demo: install
 	$(BIN)/python manage.py crucible_setup
 	$(BIN)/python manage.py crucible_start
 
+# Two test processes (pytest-xdist), one file at a time each: one process leaves a core idle for
+# half the suite. TEST_PROCESSES=0 runs everything in one process (for pdb, or a flaky-order hunt).
+TEST_PROCESSES ?= 2
+XDIST := -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
+
 test: install-dev
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check .

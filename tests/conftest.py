@@ -1,8 +1,56 @@
-"""Shared fixtures: users in each role of one project, and a stranger's project."""
+"""Shared fixtures: users in each role of one project, and a stranger's project.
+
+And the collection order `make test` needs to run on two processes (pytest-xdist, one file per
+process at a time): every test has a node id of its own, and the files of long tests come first.
+"""
 
 from __future__ import annotations
 
+import os
+from collections import Counter
+
 import pytest
+
+# Files holding a test with one of these marks go first under xdist: started last, one of them
+# (minutes of training, fuzzing or a browser journey) would keep one process busy long after the
+# other has run out of files.
+LONG_MARKS = ("slow", "torchrun")
+
+
+def pytest_collection_modifyitems(config, items):
+    _give_every_item_its_own_node_id(items)
+    _refuse_shared_node_ids(items)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _long_files_first(items)
+
+
+def _give_every_item_its_own_node_id(items) -> None:
+    """Schemathesis names each operation's test `name[METHOD /path]`, but under pytest 9.2 its node id
+    is the bare function name, the same for every operation. xdist schedules by node id, so all but one
+    of them would be dropped without a word (and --durations could not tell them apart)."""
+    for item in items:
+        wanted = f"{item.parent.nodeid}::{item.name}"
+        if type(item).__name__ != "SchemathesisFunction" or item.nodeid == wanted:
+            continue
+        if hasattr(item, "_id"):  # pytest >= 9.2 keeps a structured id
+            item._id = type(item._id).parse(wanted)
+        else:
+            item._nodeid = wanted
+
+
+def _refuse_shared_node_ids(items) -> None:
+    shared = [nodeid for nodeid, count in Counter(item.nodeid for item in items).items() if count > 1]
+    if shared:
+        raise pytest.UsageError(f"{len(shared)} node ids name more than one test (xdist would run only one "
+                                f"of each): {shared[:3]}")
+
+
+def _long_files_first(items) -> None:
+    """Stable: the long files keep their order, then every other file in its collection order
+    (xdist's --no-loadscope-reorder hands them out in this order)."""
+    long_files = {item.nodeid.split("::", 1)[0] for item in items
+                  if any(item.get_closest_marker(mark) for mark in LONG_MARKS)}
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in long_files)
 
 
 @pytest.fixture

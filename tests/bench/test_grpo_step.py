@@ -14,6 +14,9 @@ import pytest
 from environments.json_tool_call_tasks import workplace_json_tasks
 from tests.bench.bench_scripts import BENCH, load_bench_script, refusal
 
+pytestmark = pytest.mark.slow  # the benchmark's GRPO steps, run for real on a tiny model: about a minute
+
+
 SCRIPT = BENCH / "grpo_step.py"
 
 

@@ -229,6 +229,8 @@ def test_the_policy_reads_the_operator_variables():
 
 
 def test_without_a_source_the_policy_comes_from_the_environment(monkeypatch):
+    # The web app's source (its settings) comes back afterwards: later tests in this process need it.
+    monkeypatch.setattr(llm_judge, "_policy_source", llm_judge._policy_source)
     llm_judge.use_policy_source(None)
     monkeypatch.setenv("CRUCIBLE_JUDGE_ALLOW_LOOPBACK", "true")
     assert llm_judge.current_policy().allow_loopback is True

@@ -17,7 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("baseline", "sft", "grpo", "sft_held_out", "grpo_held_out", "sft_validation", "grpo_validation",
           "sft_novel_pairs", "grpo_novel_pairs")
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def recipe(out: Path, *options: str) -> subprocess.CompletedProcess:

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # the check's subprocesses train and generate: about a minute
+
+
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--prompts", "2", "--generations", "2", "--max-new-tokens", "8", "--eval-tasks", "2",
          "--micro-batch-size", "2", "--sft-steps", "2", "--grpo-steps", "2"]

@@ -171,6 +171,7 @@ def _aim_at_real_rows(case, ids: dict) -> None:
             case.path_parameters[name] = ids[name]
 
 
+@pytest.mark.slow  # about 3,000 requests in all: minutes
 @schema.parametrize()
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, print_blob=True,
           suppress_health_check=list(HealthCheck))
