@@ -11,10 +11,17 @@ from collections import Counter
 
 import pytest
 
+from tests.db_access import remember_blocker
+
 # Files holding a test with one of these marks go first under xdist: started last, one of them
 # (minutes of training, fuzzing or a browser journey) would keep one process busy long after the
 # other has run out of files.
 LONG_MARKS = ("slow", "torchrun")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _database_access_for_helpers(django_db_blocker):
+    remember_blocker(django_db_blocker)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.db_access import database_access
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -80,6 +82,17 @@ def stop_worker(worker: LiveWorker) -> None:
             worker.proc.wait()
     with contextlib.suppress(ProcessLookupError):  # an embedded beat or pool child left behind
         os.killpg(worker.proc.pid, signal.SIGKILL)
+    forget_worker(worker)
+
+
+def forget_worker(worker: LiveWorker) -> None:
+    """Its row on the workers list goes too. A module's worker heartbeats after its last test has
+    emptied the tables, so a later test of this process (xdist puts any file after any other)
+    would find a stopped worker it never started."""
+    from webapp.runs.models import WorkerNode
+
+    with database_access():
+        WorkerNode.objects.filter(name__startswith=f"test-{worker.queue}@").delete()
 
 
 @pytest.fixture(scope="module")
