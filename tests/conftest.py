@@ -102,3 +102,14 @@ def bearer(project_team):
         return {"HTTP_AUTHORIZATION": f"Bearer {tokens[who]}"}
 
     return headers
+
+
+@pytest.fixture
+def jobs_without_broker(settings, tmp_path, monkeypatch):
+    """Jobs are queued without a Celery message (the test runs them itself, or only looks at them), and run
+    folders go to a data directory of the test's own."""
+    from webapp.runs.services import jobs as job_services
+
+    settings.DATA_DIR = tmp_path / "data"
+    settings.CRUCIBLE_RUNS_DIR = tmp_path / "data" / "runs"
+    monkeypatch.setattr(job_services, "enqueue_job_message", lambda job_id, queue: None)

@@ -80,7 +80,7 @@ Handler = Callable[[JobContext], None]
 HANDLERS: dict[str, Handler] = {}
 # Modules whose @handler functions serve the other job kinds (imported on first use,
 # after Django is set up).
-HANDLER_MODULES = ("workers.training_process", "workers.verification_jobs", "workers.export")
+HANDLER_MODULES = ("workers.training_process", "workers.verification_jobs", "workers.export", "workers.delete_jobs")
 
 
 def load_handlers() -> dict[str, Handler]:

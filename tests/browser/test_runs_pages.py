@@ -7,8 +7,9 @@ import math
 
 import pytest
 from browser_session import login
+from pipeline_data import make_pipeline_run
 
-from webapp.runs.models import ModelSpec
+from webapp.runs.models import Job, ModelSpec
 from webapp.runs.selectors.runs import metric_series
 from webapp.runs.selectors.series import smooth_ema
 from webapp.runs.services import jobs as js
@@ -179,3 +180,22 @@ def test_panel_log_scale_y_range_and_picker_are_kept_in_the_url(page, live_serve
     page.locator("[data-picker-key='train:cost/trained_tokens']").check()
     assert page.locator(".chart-card", has=page.locator("[data-names='cost/trained_tokens']")).is_visible()
     assert "hide=" not in page.url and "log=train%3Areward" in page.url
+
+
+def test_an_editor_deletes_a_run_from_its_page_after_typing_its_name(page, live_server, project_team, monkeypatch):
+    monkeypatch.setattr(js, "enqueue_job_message", lambda job_id, queue: None)  # no worker here: the job is queued
+    project = project_team["project"]
+    run = make_pipeline_run(project, project_team["owner"], name='old <i>run</i>', steps=2)
+    login(page, live_server, "editor")
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/{run.pk}/")
+    page.click("[data-delete-run]")
+    page.wait_for_selector("[data-run-delete]")
+    assert "trajectories" in page.inner_text("[data-plan]")
+    page.fill("#confirm-name", "old run")
+    page.click("button.danger")
+    assert "Type the run's name" in page.inner_text("[data-error]") and not Job.objects.filter(kind="run_delete")
+    page.fill("#confirm-name", "old <i>run</i>")
+    page.click("button.danger")
+    page.wait_for_url(f"{live_server.url}/p/{project.slug}/runs/")
+    job = Job.objects.get(kind="run_delete")
+    assert f"old <i>run</i> is being deleted (job {job.pk})" in page.inner_text(".messages")

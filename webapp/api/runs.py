@@ -1,6 +1,7 @@
 """API for runs and their metric series (the run pages read the same selectors).
 
-Viewers read; editors create, cancel and retry, and set a run's tags and note (PATCH);
+Viewers read; editors create, cancel and retry, set a run's tags and note (PATCH) and delete it (DELETE, a
+job; owners only for a run people reviewed);
 non-members get 404 on everything,
 the series included. Field errors answer 422 as {"detail": message, "errors":
 {field: message}}, the field named as the request names it (`config.learning_rate`,
@@ -50,6 +51,7 @@ from webapp.runs.models import (
 )
 from webapp.runs.selectors.checkpoints import project_checkpoint
 from webapp.runs.selectors.models import model_named, project_models
+from webapp.runs.selectors.run_delete import run_delete_plan
 from webapp.runs.selectors.runs import (
     CONFIG_COLUMNS,
     CONFIG_SORT_PREFIX,
@@ -76,6 +78,7 @@ from webapp.runs.services.run_config import (
     run_config_check,
     run_create,
 )
+from webapp.runs.services.run_delete import RunDeleteRefused, run_delete_start
 from webapp.runs.services.runs import (
     RunActionError,
     RunAnnotationError,
@@ -563,3 +566,52 @@ def retry_run(request, run_id: RowId):
     except RunActionError as exc:
         return Status(409, ErrorOut(detail=str(exc)))
     return _detail_out(run_detail(run_with_links(run.pk)))
+
+
+# ---------------------------------------------------------------------------------------
+# Deleting a run
+# ---------------------------------------------------------------------------------------
+
+
+class NamedRunOut(Schema):
+    id: int
+    name: str
+
+
+class RunDeletionOut(Schema):
+    run_id: int
+    run_name: str
+    evaluations: list[NamedRunOut] = Field(description="The evaluation runs of its checkpoints: they go with it.")
+    trajectories: int
+    reviews: int = Field(description="Human reviews of those trajectories (verdicts and preferences): they go too.")
+    metric_points: int
+    checkpoints: int
+    jobs: int
+    folder_files: int
+    folder_bytes: int = Field(description="The bytes its folders hold on the server's disk (what a deletion frees).")
+    folder_size_complete: bool = Field(description="false: counting stopped at 100,000 files, the size is at least "
+                                                   "this.")
+    blockers: list[str] = Field(description="Why it cannot be deleted now, each with what to do; empty: it can.")
+    pending_job_id: int | None = Field(description="The deletion job already queued or running for it, if any.")
+
+
+@router.get("/runs/{run_id}/deletion", response=RunDeletionOut, summary="What deleting a run would remove")
+def get_run_deletion(request, run_id: RowId):
+    """What DELETE /runs/{run_id} would remove (counts, files, the evaluations that go with it) and, when it
+    cannot be deleted now, why: for the caller's role (an editor may not delete people's reviews)."""
+    run = _run_for(request, run_id, Role.EDITOR)
+    return run_delete_plan(run, actor=request.user).as_dict()
+
+
+@router.delete("/runs/{run_id}", response={202: JobOut, 409: ErrorOut}, summary="Delete a run")
+def delete_run(request, run_id: RowId):
+    """Queue the deletion of the run and of the evaluation runs of its checkpoints: 202 with the job (GET
+    /jobs/{id} follows it; its result says what was removed). The rows go in one transaction, then the
+    folders. 409 when something keeps the run (a job still working on it, a promoted checkpoint, a run
+    trained from it, an experiment, a verifier check, reviews for a non-owner), with what to do."""
+    run = _run_for(request, run_id, Role.EDITOR)
+    try:
+        job = run_delete_start(run=run, actor=request.user)
+    except RunDeleteRefused as exc:
+        return Status(409, ErrorOut(detail=str(exc)))
+    return Status(202, job)

@@ -31,6 +31,7 @@ from webapp.runs.models import (
 )
 from webapp.runs.selectors.jobs import job_placement_problem
 from webapp.runs.selectors.metric_direction import metric_direction
+from webapp.runs.selectors.run_delete import pending_deletion
 from webapp.runs.selectors.runs import (
     CONFIG_COLUMNS,
     CONFIG_SORT_PREFIX,
@@ -266,6 +267,7 @@ def _detail_context(request: HttpRequest, run: Run) -> dict:
         "can_edit": has_role(request.user, run.project, Role.EDITOR),
         "headlines": [_headline_shown(detail, h) for h in HEADLINE_METRICS],
         "placement_problem": job_placement_problem(job) if job is not None else None,
+        "deletion_job": pending_deletion(run),
     }
 
 

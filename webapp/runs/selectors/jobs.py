@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db.models import Count, Q, QuerySet
+from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from webapp.common.pagination import Page, keyset_page
@@ -123,7 +124,8 @@ def job_list(project: Project, *, state: str | None = None, queue: str | None = 
     """
     if state and state not in JOB_STATES:
         raise UnknownJobState(f"Unknown job state {state!r}; use one of: {', '.join(JOB_STATES)}.")
-    jobs = Job.objects.filter(project=project).select_related("run").defer("log_tail", "payload", "run__config")
+    jobs = (Job.objects.filter(project=project).select_related("run").defer("log_tail", "payload", "run__config")
+            .annotate(payload_run_name=KeyTextTransform("run_name", "payload")))
     for column, value in (("state", state), ("queue", queue), ("kind", kind)):
         if value:
             jobs = jobs.filter(**{column: value})
@@ -161,6 +163,16 @@ def job_placement_problem(job: Job) -> str | None:
     return placement_problem(job.queue, _alive_queue_lists())
 
 
+def _payload_run_name(job: Job) -> str | None:
+    """The run a run-less job names in its payload (a deletion: its run is gone, or going): the list
+    reads it as an annotation, a single job from its payload."""
+    if hasattr(job, "payload_run_name"):
+        return job.payload_run_name
+    payload = job.payload if "payload" not in job.get_deferred_fields() else {}
+    name = payload.get("run_name") if isinstance(payload, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
 def job_row(job: Job, *, now: datetime | None = None, offers: list[list[str]] | None = None) -> JobRow:
     """The table's row for one job (also the API's job detail, with the log tail added there)."""
     now = now or timezone.now()
@@ -170,7 +182,7 @@ def job_row(job: Job, *, now: datetime | None = None, offers: list[list[str]] | 
     return JobRow(
         id=job.pk, kind=job.kind, queue=job.queue, state=job.state, attempt=job.attempt,
         max_attempts=job.max_attempts, attempt_label=f"{job.attempt}/{job.max_attempts}", progress=job.progress,
-        error=job.error, run_id=job.run_id, run_name=job.run.name if job.run_id else None, worker=job.worker,
+        error=job.error, run_id=job.run_id, run_name=job.run.name if job.run_id else _payload_run_name(job), worker=job.worker,
         cancel_requested=job.cancel_requested, history=job.history, created_at=job.created_at,
         started_at=job.started_at, finished_at=job.finished_at, heartbeat_at=job.heartbeat_at,
         heartbeat_age_seconds=_age_seconds(job.heartbeat_at, now), lease_expires_at=job.lease_expires_at,

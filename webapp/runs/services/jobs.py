@@ -39,6 +39,7 @@ QUEUE_BY_KIND: dict[str, str] = {
     "verify": "verify",
     "rescore": "verify",
     "run_import": "default",
+    "run_delete": "default",
 }
 LOG_TAIL_CHARS = 20_000
 

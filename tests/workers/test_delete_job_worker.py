@@ -1,0 +1,45 @@
+"""End to end: a run deleted on its page is deleted by a real `celery worker` process, files included.
+
+The worker finds the "run_delete" handler through workers.runner's handler modules, deletes the rows in
+one transaction and the run's folder in the shared data directory, and keeps what it removed in the job.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pipeline_data import make_pipeline_project, make_pipeline_run
+
+from tests.workers.conftest import wait_for
+from webapp.runs.models import FINAL_JOB_STATES, Checkpoint, Job, MetricPoint, Run
+from webapp.runs.selectors.run_delete import RUN_DELETE_JOB_KIND, run_files_folder
+from webapp.runs.services import jobs as job_services
+from webapp.trajectories.models import Trajectory
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_worker_deletes_the_run_its_rows_and_its_folder(client, project_team, monkeypatch, live_worker):
+    monkeypatch.setitem(job_services.QUEUE_BY_KIND, RUN_DELETE_JOB_KIND, live_worker.queue)
+    project, owner = project_team["project"], project_team["owner"]
+    setup = make_pipeline_project(project, owner)
+    run = make_pipeline_run(project, owner, name="grpo to delete", steps=2, setup=setup)
+    keeper = make_pipeline_run(project, owner, name="grpo to keep", steps=2, setup=setup)
+    folder = run_files_folder(run) / "checkpoints" / "step_2"
+    folder.mkdir(parents=True)
+    (folder / "adapter_model.safetensors").write_bytes(b"w" * 2048)
+    Checkpoint.objects.create(run=run, step=2, storage_uri=str(folder))
+
+    client.force_login(project_team["editor"])
+    response = client.post(f"/p/{project.slug}/runs/{run.pk}/delete/", {"confirm": "grpo to delete"})
+    assert response.status_code == 302
+    job = Job.objects.get(kind=RUN_DELETE_JOB_KIND)
+    done = wait_for(lambda: (j := Job.objects.get(pk=job.pk)).state in FINAL_JOB_STATES and j, timeout=90,
+                    what=f"deletion job {job.pk} to finish:\n{live_worker.log()[-3000:]}")
+
+    assert done.state == "succeeded", done.error + live_worker.log()[-3000:]
+    assert not Run.objects.filter(pk=run.pk).exists() and not run_files_folder(run).exists()
+    assert not Trajectory.objects.filter(run_id=run.pk).exists() and not MetricPoint.objects.filter(run_id=run.pk)
+    assert Trajectory.objects.filter(run=keeper).exists() and done.progress == 1.0
+    assert done.payload["result"]["freed_bytes"] >= 2048 and "deleted 1 run(s)" in done.log_tail
+    listed = client.get(f"/p/{project.slug}/runs/").content.decode()
+    assert f'/runs/{keeper.pk}/"' in listed and f'/runs/{run.pk}/"' not in listed
