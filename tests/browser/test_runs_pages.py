@@ -199,3 +199,23 @@ def test_an_editor_deletes_a_run_from_its_page_after_typing_its_name(page, live_
     page.wait_for_url(f"{live_server.url}/p/{project.slug}/runs/")
     job = Job.objects.get(kind="run_delete")
     assert f"old <i>run</i> is being deleted (job {job.pk})" in page.inner_text(".messages")
+
+
+def test_an_editor_deletes_two_ticked_runs_from_the_runs_table(page, live_server, project_team, monkeypatch):
+    monkeypatch.setattr(js, "enqueue_job_message", lambda job_id, queue: None)  # no worker here: the jobs are queued
+    project = project_team["project"]
+    first = make_pipeline_run(project, project_team["owner"], name="sweep a", steps=1)
+    second = make_pipeline_run(project, project_team["owner"], name="sweep b", steps=1,
+                               setup=(first.dataset, first.verifier_version.verifier, first.model))
+    login(page, live_server, "editor")
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/")
+    page.check(f"#compare-{first.pk}")
+    page.check(f"#compare-{second.pk}")
+    page.click("#delete-selected-button")
+    page.wait_for_selector("[data-run-delete-many]")
+    assert page.locator("[data-goes]").count() == 2
+    page.fill("#confirm-count", "2")
+    page.click("button.danger")
+    page.wait_for_url(f"{live_server.url}/p/{project.slug}/runs/")
+    assert "2 runs are being deleted" in page.inner_text(".messages")
+    assert sorted(j.payload["run_id"] for j in Job.objects.filter(kind="run_delete")) == [first.pk, second.pk]

@@ -54,6 +54,7 @@ urlpatterns = [
     path("p/<slug:slug>/runs/new/", run_new.run_new, name="run_new"),
     path("p/<slug:slug>/runs/compare/", runs.run_compare_page, name="run_compare"),
     path("p/<slug:slug>/runs/import/", run_import.run_import_page, name="run_import"),
+    path("p/<slug:slug>/runs/delete/", run_delete.run_delete_many_page, name="run_delete_many"),
     path("p/<slug:slug>/runs/import/jobs/<int:job_id>/", run_import.run_import_job_page, name="run_import_job"),
     path("p/<slug:slug>/runs/<int:run_id>/", runs.run_detail_page, name="run_detail"),
     path("p/<slug:slug>/runs/<int:run_id>/live/", runs.run_live, name="run_live"),

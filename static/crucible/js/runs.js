@@ -1,11 +1,13 @@
-// The runs table: the compare button gathers the ticked runs into ?ids=4,7,9.
+// The runs table: Compare and Delete selected gather the ticked runs into ?ids=4,7,9.
 const form = document.getElementById("compare-form");
 if (form) {
   form.addEventListener("submit", (event) => {
     const ids = [...document.querySelectorAll(".compare-box:checked")].map((box) => box.value);
-    if (ids.length < 2 || ids.length > 10) {
+    const deleting = event.submitter && event.submitter.id === "delete-selected-button";
+    const [low, high, what] = deleting ? [1, Number(event.submitter.dataset.max), "delete"] : [2, 10, "compare"];
+    if (ids.length < low || ids.length > high) {
       event.preventDefault();
-      window.alert("Tick between 2 and 10 runs to compare.");
+      window.alert(`Tick between ${low} and ${high} runs to ${what}.`);
       return;
     }
     document.getElementById("compare-ids").value = ids.join(",");

@@ -88,3 +88,48 @@ def test_reviews_need_an_owner_the_editor_is_told_so_and_the_owner_may(client, p
     assert "only an owner of the project can delete labels" in page and 'name="confirm"' not in page
     client.force_login(project_team["owner"])
     assert client.post(_url(run), {"confirm": HOSTILE}).status_code == 302
+
+
+def _many(run_ids: list[int]) -> str:
+    return ",".join(map(str, run_ids))
+
+
+def test_delete_selected_lists_each_plan_and_queues_a_job_per_run_that_may_go(client, project_team, run):
+    project = project_team["project"]
+    other = make_pipeline_run(project, project_team["owner"], name="other run", steps=1,
+                              setup=(run.dataset, run.verifier_version.verifier, run.model))
+    kept = make_pipeline_run(project, project_team["owner"], name="promoted", steps=1,
+                             setup=(run.dataset, run.verifier_version.verifier, run.model))
+    alias_move(checkpoint=Checkpoint.objects.create(run=kept, step=1, storage_uri="/nowhere"), name="production",
+               actor=project_team["owner"], reason="ship")
+    url = f"/p/{project.slug}/runs/delete/"
+    client.force_login(project_team["editor"])
+    assert 'id="delete-selected-button"' in client.get(f"/p/{project.slug}/runs/").content.decode()
+    page = client.get(url, {"ids": _many([run.pk, other.pk, kept.pk])}).content.decode()
+    assert page.count("data-goes") == 2 and page.count("data-kept") == 1 and "Type <code>2</code>" in page
+    assert HOSTILE not in page and html.escape(HOSTILE) in page and "Delete 2 runs" in page
+
+    wrong = client.post(url, {"ids": _many([run.pk, other.pk, kept.pk]), "confirm": "3"})
+    assert wrong.status_code == 422 and "Type 2, the number of runs" in wrong.content.decode()
+    assert not Job.objects.filter(kind=RUN_DELETE_JOB_KIND).exists()
+
+    done = client.post(url, {"ids": _many([run.pk, other.pk, kept.pk]), "confirm": "2"}, follow=True)
+    jobs = list(Job.objects.filter(kind=RUN_DELETE_JOB_KIND).order_by("id"))
+    assert sorted(job.payload["run_id"] for job in jobs) == sorted([run.pk, other.pk])
+    body = done.content.decode()
+    assert f"2 runs are being deleted (jobs {jobs[0].pk}, {jobs[1].pk})" in body and "Kept 1:" in body
+
+
+def test_delete_selected_refuses_what_cannot_be_chosen(client, project_team, run):
+    project = project_team["project"]
+    url = f"/p/{project.slug}/runs/delete/"
+    client.force_login(project_team["viewer"])
+    assert client.get(url, {"ids": str(run.pk)}).status_code == 403
+    client.force_login(project_team["editor"])
+    assert client.get(url, {"ids": f"{run.pk},999999"}).status_code == 404
+    empty = client.get(url, {"ids": "x"}, follow=True)
+    assert "Tick the runs to delete" in empty.content.decode()
+    many = client.get(url, {"ids": _many(range(1, 27))}, follow=True)
+    assert "Delete at most 25 runs at once" in many.content.decode()
+    client.force_login(project_team["outsider"])
+    assert client.get(url, {"ids": str(run.pk)}).status_code == 404

@@ -24,7 +24,12 @@ from webapp.runs.selectors.run_delete import RUN_DELETE_JOB_KIND, run_delete_pla
 from webapp.runs.services import jobs as job_services
 from webapp.runs.services.paths import run_folder
 from webapp.runs.services.promotion import alias_move
-from webapp.runs.services.run_delete import RunDeleteRefused, run_delete_execute, run_delete_start
+from webapp.runs.services.run_delete import (
+    RunDeleteRefused,
+    run_delete_execute,
+    run_delete_start,
+    runs_delete_start,
+)
 from webapp.trajectories.models import (
     BucketRollup,
     QueueItem,
@@ -244,3 +249,19 @@ def test_a_link_in_place_of_the_run_folder_is_removed_and_its_target_kept(world,
     evaluation_folder.symlink_to(target, target_is_directory=True)
     _delete(world)
     assert not evaluation_folder.is_symlink() and (target / "precious.bin").read_bytes() == b"x"
+
+
+def test_several_runs_queue_a_job_each_and_a_run_that_changed_since_the_page_is_kept(world):
+    owner = world["owner"]
+    plans = [run_delete_plan(world["doomed"], actor=owner), run_delete_plan(world["keeper"], actor=owner)]
+    with pytest.raises(RunDeleteRefused, match="Type 2, the number of runs") as typed:
+        runs_delete_start(plans=plans, actor=owner, confirm_count="1")
+    assert typed.value.status == 422
+    alias_move(checkpoint=_checkpoint(world["keeper"], 3), name="production", actor=owner, reason="meanwhile")
+    outcome = runs_delete_start(plans=plans, actor=owner, confirm_count=" 2 ")
+    assert [job.payload["run_id"] for job in outcome.jobs] == [world["doomed"].pk]
+    assert list(outcome.kept) == [world["keeper"].pk] and "'production' (step 3)" in outcome.kept[world["keeper"].pk]
+    again = [run_delete_plan(world["doomed"], actor=owner), run_delete_plan(world["keeper"], actor=owner)]
+    with pytest.raises(RunDeleteRefused, match="None of these runs can be deleted now") as none:
+        runs_delete_start(plans=again, actor=owner, confirm_count="0")
+    assert none.value.status == 409 and "being deleted already" in str(none.value)

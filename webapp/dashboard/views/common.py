@@ -29,3 +29,14 @@ def query_without_after(request: HttpRequest) -> QueryDict:
     query = request.GET.copy()
     query.pop("after", None)
     return query
+
+
+def run_ids_from_text(raw: str) -> list[int]:
+    """The run ids of a `?ids=4,7,9` selection (compare, delete selected): positive, in order, once each;
+    anything else in the text is passed over."""
+    ids: list[int] = []
+    for part in raw.split(","):
+        part = part.strip()
+        if part.isdigit() and 0 < int(part) < 2**63 and int(part) not in ids:
+            ids.append(int(part))
+    return ids

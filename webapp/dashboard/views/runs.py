@@ -13,7 +13,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from webapp.common.pagination import CursorError, Page
-from webapp.dashboard.views.common import breadcrumbs_for, has_page, query_without_after
+from webapp.dashboard.views.common import (
+    breadcrumbs_for,
+    has_page,
+    query_without_after,
+    run_ids_from_text,
+)
 from webapp.projects.models import Role
 from webapp.projects.selectors.access import (
     get_object_or_404_for_user,
@@ -62,6 +67,7 @@ from webapp.runs.selectors.runs import (
     runs_for_run_page,
 )
 from webapp.runs.selectors.seed_groups import SeedGroup, seed_groups, spread
+from webapp.runs.services.run_delete import MAX_RUNS_AT_ONCE
 from webapp.runs.services.runs import (
     RunActionError,
     RunAnnotationError,
@@ -197,6 +203,7 @@ def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
         "column_keys": {column.key for column in columns}, "filtered": bool(tags) or any(filters.values()),
         "table_columns": 10 + len(HEADLINE_METRICS) + len(columns),
         "kinds": RunKind.choices, "statuses": RunStatus.choices, "can_edit": has_role(request.user, project, Role.EDITOR),
+        "max_delete": MAX_RUNS_AT_ONCE,
         "new_run_url": reverse("dashboard:run_new", args=[slug]) if has_page("dashboard:run_new") else None,
         "any_borrowed": any(source for row in rows for _, source in row["headline"]),
         "any_active": any(run.status in (RunStatus.QUEUED, RunStatus.RUNNING) for run in runs),
@@ -385,15 +392,6 @@ def run_retry_view(request: HttpRequest, slug: str, run_id: int) -> HttpResponse
                                                          "checkpoint.")
 
 
-def _compare_ids(raw: str) -> list[int]:
-    ids: list[int] = []
-    for part in raw.split(","):
-        part = part.strip()
-        if part.isdigit() and 0 < int(part) < 2**63 and int(part) not in ids:
-            ids.append(int(part))
-    return ids
-
-
 def config_rows(configs: list[dict], defaults: list[set[str]] | None = None) -> list[dict]:
     """Every config key of the compared runs with each run's (value, is training's default), flagged
     when the values differ; `defaults` holds, per run, the keys whose value it did not set."""
@@ -430,7 +428,7 @@ def _compare_cell(group: SeedGroup, latest: dict, best: dict, key: tuple[str, st
 @login_required
 def run_compare_page(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_project_or_404(request.user, slug)
-    ids = _compare_ids(request.GET.get("ids", ""))
+    ids = run_ids_from_text(request.GET.get("ids", ""))
     if len(ids) > MAX_COMPARE:
         messages.error(request, f"Compare at most {MAX_COMPARE} runs; the first {MAX_COMPARE} are shown.")
         ids = ids[:MAX_COMPARE]

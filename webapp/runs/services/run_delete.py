@@ -103,6 +103,43 @@ def run_delete_start(*, run: Run, actor, confirm_name: str | None = None) -> Job
     return job
 
 
+MAX_RUNS_AT_ONCE = 25
+"""Runs one request may delete (the runs table's "Delete selected…"): each gets its plan on the page."""
+
+
+@dataclass
+class ManyDeletions:
+    """What deleting several runs queued: a job per run that may go, and why each other one was kept."""
+
+    jobs: list[Job]
+    kept: dict[int, str]
+
+
+def runs_delete_start(*, plans: list[RunDeletePlan], actor, confirm_count: str) -> ManyDeletions:
+    """Queue the deletion of every run whose plan allows it, each in a job of its own (so one refusal or
+    failure never holds the others back); the others are kept, with why. `confirm_count` is what the
+    person typed: the number of runs that go. Raises RunDeleteRefused (409 when none may go, 422 for a
+    wrong count)."""
+    going = [plan.run for plan in plans if plan.allowed]
+    kept = {plan.run.pk: _refusal(plan) if plan.blockers else f"Run #{plan.run.pk} {plan.run.name!r} is being "
+            f"deleted already (job {plan.pending_job.pk})." for plan in plans if not plan.allowed}
+    if not going:
+        raise RunDeleteRefused("None of these runs can be deleted now. " + " ".join(kept.values()))
+    if len(going) > MAX_RUNS_AT_ONCE:
+        raise RunDeleteRefused(f"Delete at most {MAX_RUNS_AT_ONCE} runs at once; {len(going)} were chosen.",
+                               status=422)
+    if confirm_count.strip() != str(len(going)):
+        raise RunDeleteRefused(f"Type {len(going)}, the number of runs to delete, to confirm; nothing was deleted.",
+                               status=422)
+    jobs = []
+    for run in going:
+        try:
+            jobs.append(run_delete_start(run=run, actor=actor))
+        except RunDeleteRefused as exc:  # something changed since the page was drawn
+            kept[run.pk] = str(exc)
+    return ManyDeletions(jobs=jobs, kept=kept)
+
+
 # ---------------------------------------------------------------------------------------
 # The deletion (in the worker)
 # ---------------------------------------------------------------------------------------
