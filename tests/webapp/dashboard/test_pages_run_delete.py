@@ -1,5 +1,5 @@
 """The run's delete page: the plan, the typed name, refusals (409, 422) shown on the page, escaping, roles,
-and the run page's Delete link and "being deleted" notice."""
+the run page's Delete link and "being deleted" notice, the runs table's "deleting" mark, and Delete selected."""
 
 from __future__ import annotations
 
@@ -61,6 +61,7 @@ def test_a_wrong_name_is_422_with_what_was_typed_and_the_right_one_queues_the_de
     assert job.payload["run_id"] == run.pk and job.state == "queued"
     listed = client.get(done["Location"]).content.decode()
     assert f"is being deleted (job {job.pk})" in listed and HOSTILE not in listed
+    assert listed.count("data-deleting") == 1 and 'hx-trigger="every 5s"' in listed  # marked; polled until gone
     detail = client.get(_url(run, "")).content.decode()
     assert "data-deleting" in detail and f"job {job.pk} is queued" in detail
     jobs = client.get(f"/p/{run.project.slug}/jobs/?kind=run_delete").content.decode()

@@ -36,7 +36,7 @@ from webapp.runs.models import (
 )
 from webapp.runs.selectors.jobs import job_placement_problem
 from webapp.runs.selectors.metric_direction import metric_direction
-from webapp.runs.selectors.run_delete import pending_deletion
+from webapp.runs.selectors.run_delete import pending_deletion, runs_being_deleted
 from webapp.runs.selectors.runs import (
     CONFIG_COLUMNS,
     CONFIG_SORT_PREFIX,
@@ -187,10 +187,11 @@ def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     headline = run_headline_cells(runs)
     sparklines = run_sparklines(runs)
     jobs = run_latest_jobs(runs)
+    deleting = runs_being_deleted(project.pk, [run.pk for run in runs])
     query = query_without_after(request)
     if sorted_column is not None:
         query.setlist("cols", [column.key for column in columns])  # the links keep the column the table is sorted by
-    rows = [{"run": run, "headline": headline[run.pk],
+    rows = [{"run": run, "headline": headline[run.pk], "deleting": run.pk in deleting,
              "sparkline": json.dumps(sparklines.get(run.pk, [])), "job": jobs.get(run.pk),
              "tags": [(tag, _tag_filter_query(query, tags, tag)) for tag in _stored_tags(run)],
              "config": [(column, *config_cell(run, column.key)) for column in columns]} for run in runs]
@@ -206,7 +207,7 @@ def run_list_page(request: HttpRequest, slug: str) -> HttpResponse:
         "max_delete": MAX_RUNS_AT_ONCE,
         "new_run_url": reverse("dashboard:run_new", args=[slug]) if has_page("dashboard:run_new") else None,
         "any_borrowed": any(source for row in rows for _, source in row["headline"]),
-        "any_active": any(run.status in (RunStatus.QUEUED, RunStatus.RUNNING) for run in runs),
+        "any_active": any(run.status in (RunStatus.QUEUED, RunStatus.RUNNING) for run in runs) or bool(deleting),
     }
     if request.htmx:
         return render(request, "dashboard/runs/_rows.html", context)

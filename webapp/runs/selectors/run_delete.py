@@ -132,6 +132,15 @@ def pending_deletion(run: Run) -> Job | None:
                                payload__run_id=run.pk).order_by("id").first())
 
 
+def runs_being_deleted(project_id: int, run_ids: list[int]) -> set[int]:
+    """Which of these runs have a deletion job queued or running (the runs table marks them), in one query."""
+    if not run_ids:
+        return set()
+    named = (Job.objects.filter(project_id=project_id, kind=RUN_DELETE_JOB_KIND, state__in=OPEN_JOB_STATES,
+                                payload__run_id__in=run_ids).values_list("payload__run_id", flat=True))
+    return {run_id for run_id in named if isinstance(run_id, int)}
+
+
 def run_files_folder(run: Run) -> Path:
     """The run's folder as named under the runs directory, not resolved: a link there is the link, and a
     deletion removes the link, never what it points at (paths.run_folder is the resolved one, for reads)."""
