@@ -126,18 +126,21 @@ def open_jobs_touching(run: Run, run_ids: list[int]) -> QuerySet[Job]:
             .exclude(kind=RUN_DELETE_JOB_KIND).order_by("id"))
 
 
+def open_deletions(project_id: int) -> QuerySet[Job]:
+    """The project's deletion jobs that are queued or running (their payload names the run)."""
+    return Job.objects.filter(project_id=project_id, kind=RUN_DELETE_JOB_KIND, state__in=OPEN_JOB_STATES)
+
+
 def pending_deletion(run: Run) -> Job | None:
     """The deletion job already queued or running for this run, if any."""
-    return (Job.objects.filter(project_id=run.project_id, kind=RUN_DELETE_JOB_KIND, state__in=OPEN_JOB_STATES,
-                               payload__run_id=run.pk).order_by("id").first())
+    return open_deletions(run.project_id).filter(payload__run_id=run.pk).order_by("id").first()
 
 
 def runs_being_deleted(project_id: int, run_ids: list[int]) -> set[int]:
     """Which of these runs have a deletion job queued or running (the runs table marks them), in one query."""
     if not run_ids:
         return set()
-    named = (Job.objects.filter(project_id=project_id, kind=RUN_DELETE_JOB_KIND, state__in=OPEN_JOB_STATES,
-                                payload__run_id__in=run_ids).values_list("payload__run_id", flat=True))
+    named = open_deletions(project_id).filter(payload__run_id__in=run_ids).values_list("payload__run_id", flat=True)
     return {run_id for run_id in named if isinstance(run_id, int)}
 
 
