@@ -6,6 +6,9 @@
   `manage.py import_tasks` do: the validation report (`import_check`, nothing written), then
   "create version" (`import_create`: the file read again, every row validated, hashed,
   deduplicated and inserted in one transaction, the trigram search index maintained).
+- Delete: the exported version goes as its delete page's job deletes it
+  (webapp.runs.services.dataset_delete: one transaction, timed per statement); the imported
+  version must keep every task.
 - Export: a version of --export-tasks tasks (filled with COPY, the same kind of rows) is
   streamed as Crucible JSONL and as NeMo Gym JSONL through webapp.datasets.selectors.exports (what the
   download and the API stream), in a child process that reports the rows/s and its peak
@@ -245,7 +248,30 @@ def main(argv: list[str] | None = None) -> int:
         say(f"export {fmt:<8}: {result['rows']:,} tasks, {result['bytes'] / 1e6:,.0f} MB in {result['seconds']:.1f} s "
             f"= {result['rows'] / result['seconds']:,.0f} rows/s; resident memory {result['rss_before_mb']:.0f} MB "
             f"before, {result['rss_peak_mb']:.0f} MB at most ({result['rss_peak_mb'] - result['rss_before_mb']:+.0f} MB)")
+    delete_version(big, kept=dataset, owner=owner, say=say)
     return 0
+
+
+def delete_version(big, *, kept, owner, say) -> None:
+    """The exported version deleted as its delete page's job does (the plan, then one transaction of set-wise
+    statements), timed per statement; the imported version must keep every task."""
+    from webapp.datasets.models import Task
+    from webapp.runs.selectors.dataset_delete import dataset_delete_plan
+    from webapp.runs.services.dataset_delete import dataset_delete_execute
+
+    kept_tasks = Task.objects.filter(dataset=kept).count()
+    started = time.perf_counter()
+    plan = dataset_delete_plan(big)
+    plan_s = time.perf_counter() - started
+    started = time.perf_counter()
+    report = dataset_delete_execute(project_id=big.project_id, payload={
+        "dataset_id": big.pk, "dataset_label": f"{big.name} v{big.version}", "actor_id": owner.pk})
+    delete_s = time.perf_counter() - started
+    assert Task.objects.filter(dataset_id=big.pk).count() == 0 and Task.objects.filter(dataset=kept).count() == kept_tasks
+    say(f"delete, the page's plan:   {plan.tasks:,} tasks in {plan_s * 1000:.0f} ms")
+    say(f"delete, the job:           {report.removed['tasks']:,} tasks in {delete_s:.1f} s = "
+        f"{report.removed['tasks'] / delete_s:,.0f} rows/s; per statement {json.dumps(report.seconds)}; "
+        f"the other version's {kept_tasks:,} tasks intact")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,12 @@ import re
 
 import pytest
 from browser_session import login
+from pipeline_data import make_tasks
 
 from webapp.datasets.models import TaskDataset
+from webapp.datasets.services.datasets import dataset_create
+from webapp.runs.models import Job
+from webapp.runs.services import jobs as js
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -94,3 +98,24 @@ def test_generate_fifty_tasks_with_a_preview(page, live_server, project_team, da
     assert page.inner_text("#task-count") == "50"
     dataset = TaskDataset.objects.get(name="synthetic")
     assert dataset.lineage == "generation" and dataset.lineage_detail["seed"] == 7
+
+
+def test_an_editor_deletes_a_version_after_typing_its_name_and_number(page, live_server, project_team, monkeypatch):
+    monkeypatch.setattr(js, "enqueue_job_message", lambda job_id, queue: None)  # no worker here: the job is queued
+    project = project_team["project"]
+    dataset = dataset_create(project=project, name="bad <i>import</i>", tasks=make_tasks(3),
+                             actor=project_team["owner"])
+    login(page, live_server, "editor")
+    page.goto(f"{live_server.url}/p/{project.slug}/datasets/{dataset.pk}/")
+    page.click("#delete-version")
+    page.wait_for_selector("[data-dataset-delete]")
+    assert "3 tasks" in page.inner_text("[data-plan]")
+    page.fill("#confirm-name", "bad <i>import</i>")
+    page.click("button.danger")
+    assert "name and number" in page.inner_text("[data-error]") and not Job.objects.filter(kind="dataset_delete")
+    page.fill("#confirm-name", "bad <i>import</i> v1")
+    page.click("button.danger")
+    page.wait_for_url(f"{live_server.url}/p/{project.slug}/datasets/")
+    job = Job.objects.get(kind="dataset_delete")
+    assert f"bad <i>import</i> v1 is being deleted (job {job.pk})" in page.inner_text(".messages")
+    assert page.locator(f'tr[data-dataset="{dataset.pk}"] [data-deleting]').count() == 1

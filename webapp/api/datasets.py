@@ -1,5 +1,6 @@
 """API for datasets: versions with their counts, the task browser's keyset pages, one task, import
-with the validation report (and a dry run), streamed export, split moves and synthetic generation.
+with the validation report (and a dry run), streamed export, split moves, synthetic generation and
+deletion (a job: GET /datasets/{id}/deletion says what would go, DELETE queues it).
 
 The same selectors and services as the datasets pages and `manage.py import_tasks`. Viewers read
 and export; editors import, generate and move splits; non-members get 404 on everything. Field
@@ -19,7 +20,7 @@ from ninja.responses import Status
 from pydantic import ValidationError
 
 from webapp.api.errors import FieldErrorsOut, field_errors
-from webapp.api.schemas import ErrorOut
+from webapp.api.schemas import ErrorOut, JobOut
 from webapp.common.bounds import NAME_PATTERN, Choice, RowId, Text
 from webapp.common.pagination import MAX_PAGE, CursorError
 from webapp.datasets.models import Source, Split, TaskDataset
@@ -65,6 +66,8 @@ from webapp.datasets.services.imports import (
 from webapp.datasets.services.splits import SplitMoveError, dataset_split_move
 from webapp.projects.models import Role
 from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
+from webapp.runs.selectors.dataset_delete import dataset_delete_plan
+from webapp.runs.services.dataset_delete import DatasetDeleteRefused, dataset_delete_start
 from webapp.trajectories.selectors.trajectories import trajectories_of_task
 
 router = Router(tags=["datasets"])
@@ -490,3 +493,51 @@ def generate_tasks(request, slug: str, body: GenerateIn):
         return field_errors(exc.errors, 409 if exc.conflict else 422)
     return Status(201, {"dry_run": False, "report": report.to_dict(), "preview": [],
                         "dataset": _version_out(dataset_version(project, created.pk))})
+
+
+# ---------------------------------------------------------------------------------------
+# Deletion
+# ---------------------------------------------------------------------------------------
+
+
+class DatasetVersionRefOut(Schema):
+    id: int
+    name: str
+    version: int
+
+
+class DatasetDeletionOut(Schema):
+    dataset_id: int
+    name: str
+    version: int
+    content_hash: str
+    tasks: int = Field(description="The version's tasks: they go with it.")
+    later_versions: list[DatasetVersionRefOut] = Field(
+        description="Versions made from it: they keep their own tasks and lose only the link to it (their lineage "
+                    "names it as deleted).")
+    runs: int = Field(description="Runs that used this version (any kind): each keeps it.")
+    experiments: int = Field(description="Experiments on this version: each keeps it.")
+    blockers: list[str] = Field(description="Why it cannot be deleted now, each with what to do; empty: it can.")
+    pending_job_id: int | None = Field(description="The deletion job already queued or running for it, if any.")
+
+
+@router.get("/datasets/{dataset_id}/deletion", response={200: DatasetDeletionOut, 404: ErrorOut},
+            summary="What deleting a dataset version would remove")
+def get_dataset_deletion(request, dataset_id: RowId):
+    """What DELETE /datasets/{dataset_id} would remove (its tasks), the later versions that stay, and, when it
+    cannot be deleted now, why (runs or experiments use it)."""
+    return dataset_delete_plan(_dataset_for(request, dataset_id, Role.EDITOR)).as_dict()
+
+
+@router.delete("/datasets/{dataset_id}", response={202: JobOut, 404: ErrorOut, 409: ErrorOut},
+               summary="Delete a dataset version")
+def delete_dataset(request, dataset_id: RowId):
+    """Queue the deletion of the version and its tasks: 202 with the job (GET /jobs/{id} follows it; its result
+    says what was removed). The rows go in one transaction. 409 when something keeps the version (a run or an
+    experiment used it, a deletion is queued already), with what to do. Other versions of the name stay."""
+    dataset = _dataset_for(request, dataset_id, Role.EDITOR)
+    try:
+        job = dataset_delete_start(dataset=dataset, actor=request.user)
+    except DatasetDeleteRefused as exc:
+        return Status(409, ErrorOut(detail=str(exc)))
+    return Status(202, job)

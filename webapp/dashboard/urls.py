@@ -2,6 +2,7 @@ from django.urls import path
 
 from webapp.dashboard.views import (
     checkpoints,
+    dataset_delete,
     datasets,
     experiments,
     failures,
@@ -33,6 +34,7 @@ urlpatterns = [
          name="dataset_import_report"),
     path("p/<slug:slug>/datasets/generate/", datasets.dataset_generate_page, name="dataset_generate"),
     path("p/<slug:slug>/datasets/<int:dataset_id>/", datasets.dataset_detail_page, name="dataset_detail"),
+    path("p/<slug:slug>/datasets/<int:dataset_id>/delete/", dataset_delete.dataset_delete_page, name="dataset_delete"),
     path("p/<slug:slug>/datasets/<int:dataset_id>/split/", datasets.dataset_split_view, name="dataset_split"),
     path("p/<slug:slug>/datasets/<int:dataset_id>/export/<str:fmt>/", datasets.dataset_export,
          name="dataset_export"),

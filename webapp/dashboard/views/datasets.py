@@ -67,6 +67,7 @@ from webapp.datasets.services.imports import (
 from webapp.datasets.services.splits import SplitMoveError, dataset_split_move
 from webapp.projects.models import Project, Role
 from webapp.projects.selectors.access import get_project_or_404, has_role
+from webapp.runs.selectors.dataset_delete import datasets_being_deleted, pending_dataset_deletion
 from webapp.trajectories.selectors.trajectories import trajectories_of_task
 
 PAGE_SIZE = 50
@@ -176,6 +177,7 @@ def dataset_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     except CursorError as exc:
         page, error = Page(items=[], next_cursor=None), str(exc)
     rows = []
+    deleting = datasets_being_deleted(project.pk, [dataset.pk for dataset in page.items])
     for dataset in page.items:
         stats = dataset.stats or {}
         categories = list((stats.get("category") or {}).items())
@@ -183,7 +185,7 @@ def dataset_list_page(request: HttpRequest, slug: str) -> HttpResponse:
             "d": dataset, "stats": stats, "lineage": lineage_summary(dataset),
             "splits": [(s, (stats.get("split") or {}).get(s, 0)) for s in SPLITS],
             "categories": categories[:CATEGORIES_SHOWN], "more_categories": max(0, len(categories) - CATEGORIES_SHOWN),
-            "sources": list((stats.get("source") or {}).items()),
+            "sources": list((stats.get("source") or {}).items()), "deleting": dataset.pk in deleting,
         })
     context = {
         "project": project, "rows": rows, "page": page, "query": query_without_after(request), "error": error,
@@ -226,7 +228,7 @@ def dataset_detail_page(request: HttpRequest, slug: str, dataset_id: int) -> Htt
         "splits": SPLITS, "sources": SOURCES, "categories": list((stats.get("category") or {}).keys())[:300],
         "split_counts": [(s, (stats.get("split") or {}).get(s, 0)) for s in SPLITS],
         "export_formats": [(key, label) for key, (label, _) in EXPORT_FORMATS.items()],
-        "can_edit": has_role(request.user, project, Role.EDITOR),
+        "can_edit": has_role(request.user, project, Role.EDITOR), "deletion_job": pending_dataset_deletion(dataset),
         "breadcrumbs": _crumbs(project, (f"{dataset.name} v{dataset.version}", None)),
     }
     return render(request, "dashboard/datasets/detail.html", context)

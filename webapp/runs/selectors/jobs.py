@@ -109,6 +109,9 @@ class JobRow:
         "A data-parallel job's ranks as its worker last reported them: rank, device, host, pid, step, time."))
     placement_problem: str | None = field(default=None, metadata=described(
         "Why no running worker can take this queued job (it needs more GPUs than any offers), or null."))
+    subject: str | None = field(default=None, metadata=described(
+        "What a job without a run works on, as its payload names it: the dataset version a dataset_delete "
+        "job deletes (\"name v3\"), or null."))
 
 
 class UnknownJobState(ValueError):
@@ -125,7 +128,8 @@ def job_list(project: Project, *, state: str | None = None, queue: str | None = 
     if state and state not in JOB_STATES:
         raise UnknownJobState(f"Unknown job state {state!r}; use one of: {', '.join(JOB_STATES)}.")
     jobs = (Job.objects.filter(project=project).select_related("run").defer("log_tail", "payload", "run__config")
-            .annotate(payload_run_name=KeyTextTransform("run_name", "payload")))
+            .annotate(payload_run_name=KeyTextTransform("run_name", "payload"),
+                      payload_subject=KeyTextTransform("dataset_label", "payload")))
     for column, value in (("state", state), ("queue", queue), ("kind", kind)):
         if value:
             jobs = jobs.filter(**{column: value})
@@ -163,13 +167,14 @@ def job_placement_problem(job: Job) -> str | None:
     return placement_problem(job.queue, _alive_queue_lists())
 
 
-def _payload_run_name(job: Job) -> str | None:
-    """The run a run-less job names in its payload (a deletion: its run is gone, or going): the list
-    reads it as an annotation, a single job from its payload."""
-    if hasattr(job, "payload_run_name"):
-        return job.payload_run_name
+def _payload_text(job: Job, key: str) -> str | None:
+    """A name a run-less job's payload holds (a deletion: the run or dataset version is gone, or going):
+    the list reads it as an annotation (payload_<name>), a single job from its payload."""
+    annotated = "payload_run_name" if key == "run_name" else "payload_subject"
+    if hasattr(job, annotated):
+        return getattr(job, annotated)
     payload = job.payload if "payload" not in job.get_deferred_fields() else {}
-    name = payload.get("run_name") if isinstance(payload, dict) else None
+    name = payload.get(key) if isinstance(payload, dict) else None
     return name if isinstance(name, str) and name else None
 
 
@@ -182,12 +187,13 @@ def job_row(job: Job, *, now: datetime | None = None, offers: list[list[str]] | 
     return JobRow(
         id=job.pk, kind=job.kind, queue=job.queue, state=job.state, attempt=job.attempt,
         max_attempts=job.max_attempts, attempt_label=f"{job.attempt}/{job.max_attempts}", progress=job.progress,
-        error=job.error, run_id=job.run_id, run_name=job.run.name if job.run_id else _payload_run_name(job), worker=job.worker,
+        error=job.error, run_id=job.run_id, run_name=job.run.name if job.run_id else _payload_text(job, "run_name"), worker=job.worker,
         cancel_requested=job.cancel_requested, history=job.history, created_at=job.created_at,
         started_at=job.started_at, finished_at=job.finished_at, heartbeat_at=job.heartbeat_at,
         heartbeat_age_seconds=_age_seconds(job.heartbeat_at, now), lease_expires_at=job.lease_expires_at,
         lease_seconds_left=None if job.lease_expires_at is None else (job.lease_expires_at - now).total_seconds(),
         processes=list(job.processes or []), placement_problem=problem,
+        subject=None if job.run_id else _payload_text(job, "dataset_label"),
     )
 
 

@@ -40,6 +40,7 @@ QUEUE_BY_KIND: dict[str, str] = {
     "rescore": "verify",
     "run_import": "default",
     "run_delete": "default",
+    "dataset_delete": "default",
 }
 LOG_TAIL_CHARS = 20_000
 

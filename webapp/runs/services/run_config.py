@@ -29,6 +29,7 @@ from training.config import (
 from webapp.datasets.models import TaskDataset
 from webapp.projects.models import Project
 from webapp.runs.models import Checkpoint, Job, ModelSpec, Run
+from webapp.runs.selectors.dataset_delete import dataset_label, pending_dataset_deletion
 from webapp.runs.services.jobs import job_create, queue_for_run
 from webapp.runs.services.models import gguf_name_problem, hf_id_problem, registered_model_problem
 from webapp.runs.services.paths import checkpoint_folder, weights_problem
@@ -150,10 +151,19 @@ def config_path_problems(config: dict, *, project: Project) -> dict[str, str]:
     return problems
 
 
-def _links_problems(*, model: ModelSpec | None) -> dict[str, str]:
-    """Problems of the linked rows a job would open: a registered model folder outside the model roots."""
+def _links_problems(*, model: ModelSpec | None, dataset: TaskDataset | None = None) -> dict[str, str]:
+    """Problems of the linked rows a job would open: a registered model folder outside the model roots, a
+    dataset version whose deletion is queued (the deletion job would refuse once the run exists, but the
+    person meant neither to keep the version nor to train on a version that is going)."""
+    problems: dict[str, str] = {}
     problem = registered_model_problem(model) if model is not None else None
-    return {"model": problem} if problem else {}
+    if problem:
+        problems["model"] = problem
+    deletion = pending_dataset_deletion(dataset) if dataset is not None else None
+    if deletion is not None:
+        problems["dataset"] = (f"Dataset {dataset_label(dataset)!r} is being deleted (job {deletion.pk}); choose another "
+                               "version, or cancel that job on the Jobs page to keep this one.")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -186,7 +196,7 @@ def _check(
     problems: list[ConfigProblem] = []
     if project is not None:
         problems += [ConfigProblem(field, message) for field, message in
-                     {**config_path_problems(config, project=project), **_links_problems(model=model)}.items()]
+                     {**config_path_problems(config, project=project), **_links_problems(model=model, dataset=dataset)}.items()]
     try:
         resolved = validate_run_config(merged)
     except ConfigError as exc:

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from django.contrib.auth import get_user_model
-from django.db import router, transaction
+from django.db import transaction
 from django.db.models import QuerySet
 
+from webapp.common.deletion import DeleteRefused, Statement, actor_of, raw_delete, run_statements
 from webapp.datasets.models import Task
 from webapp.projects.services.projects import audit_log
 from webapp.runs.models import Checkpoint, Experiment, Job, MetricPoint, Run
@@ -49,12 +49,8 @@ from webapp.trajectories.models import (
 from webapp.verifiers.models import VerifierCheck, VerifierCheckItem
 
 
-class RunDeleteRefused(ValueError):
+class RunDeleteRefused(DeleteRefused):
     """The run cannot be deleted (now, or by this person); the message says why and what to do."""
-
-    def __init__(self, message: str, *, status: int = 409) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass
@@ -144,15 +140,6 @@ def runs_delete_start(*, plans: list[RunDeletePlan], actor, confirm_count: str) 
 # The deletion (in the worker)
 # ---------------------------------------------------------------------------------------
 
-Step = Callable[[], int]
-
-
-def _raw_delete(rows: QuerySet) -> int:
-    """One DELETE ... WHERE statement for `rows`, without Django's collector (which would load every row
-    to cascade in Python); the caller has removed or unlinked whatever points at them already, and the
-    database's own foreign keys refuse the commit if something was missed."""
-    return rows._raw_delete(router.db_for_write(rows.model)) or 0
-
 
 def _recount_checks(check_ids: list[int]) -> None:
     """A project-wide verifier check that lost items: its size and agreement are those of the items left."""
@@ -166,7 +153,7 @@ def _recount_checks(check_ids: list[int]) -> None:
 def _check_items(trajectories: QuerySet) -> int:
     items = VerifierCheckItem.objects.filter(trajectory__in=trajectories)
     checks = list(items.values_list("sanity_check_id", flat=True).distinct())
-    removed = _raw_delete(items)
+    removed = raw_delete(items)
     _recount_checks(checks)
     return removed
 
@@ -176,7 +163,7 @@ def _queue_items(trajectories: QuerySet) -> int:
     for side in ("trajectory", "other"):
         items = QueueItem.objects.filter(**{f"{side}__in": trajectories})
         Review.objects.filter(item__in=items).update(item=None)
-        removed += _raw_delete(items)
+        removed += raw_delete(items)
     return removed
 
 
@@ -184,33 +171,33 @@ def _jobs(run_ids: list[int]) -> int:
     """The runs' jobs; a re-verification elsewhere that names one as its job lets go of it first."""
     jobs = Job.objects.filter(run_id__in=run_ids)
     Rescore.objects.filter(job__in=jobs.values("pk")).update(job=None)
-    return _raw_delete(jobs)
+    return raw_delete(jobs)
 
 
-def _deletion_steps(run_ids: list[int], project_id: int) -> list[tuple[str, Step]]:
+def _deletion_steps(run_ids: list[int], project_id: int) -> list[tuple[str, Statement]]:
     """(name, statement) in foreign-key order: what points at a row goes (or lets go) before the row."""
     trajectories = Trajectory.objects.filter(run_id__in=run_ids).values("pk")
     checkpoints = Checkpoint.objects.filter(run_id__in=run_ids).values("pk")
     return [
         ("task origins unlinked", lambda: Task.objects.filter(origin_trajectory__in=trajectories)
          .update(origin_trajectory=None)),
-        ("reviews", lambda: _raw_delete(Review.objects.filter(trajectory__in=trajectories))
-         + _raw_delete(Review.objects.filter(preferred_over__in=trajectories))),
+        ("reviews", lambda: raw_delete(Review.objects.filter(trajectory__in=trajectories))
+         + raw_delete(Review.objects.filter(preferred_over__in=trajectories))),
         ("review queue items", lambda: _queue_items(trajectories)),
-        ("rescore results", lambda: _raw_delete(RescoreResult.objects.filter(rescore__run_id__in=run_ids))
-         + _raw_delete(RescoreResult.objects.filter(trajectory__in=trajectories))),
-        ("rescores", lambda: _raw_delete(Rescore.objects.filter(run_id__in=run_ids))),
+        ("rescore results", lambda: raw_delete(RescoreResult.objects.filter(rescore__run_id__in=run_ids))
+         + raw_delete(RescoreResult.objects.filter(trajectory__in=trajectories))),
+        ("rescores", lambda: raw_delete(Rescore.objects.filter(run_id__in=run_ids))),
         ("verifier check items", lambda: _check_items(trajectories)),
-        ("trajectories", lambda: _raw_delete(Trajectory.objects.filter(run_id__in=run_ids))),
-        ("metric points", lambda: _raw_delete(MetricPoint.objects.filter(run_id__in=run_ids))),
-        ("step rollups", lambda: _raw_delete(StepRollup.objects.filter(run_id__in=run_ids))),
-        ("bucket rollups", lambda: _raw_delete(BucketRollup.objects.filter(run_id__in=run_ids))),
+        ("trajectories", lambda: raw_delete(Trajectory.objects.filter(run_id__in=run_ids))),
+        ("metric points", lambda: raw_delete(MetricPoint.objects.filter(run_id__in=run_ids))),
+        ("step rollups", lambda: raw_delete(StepRollup.objects.filter(run_id__in=run_ids))),
+        ("bucket rollups", lambda: raw_delete(BucketRollup.objects.filter(run_id__in=run_ids))),
         ("checkpoint links unset", lambda: Trajectory.objects.filter(project_id=project_id, checkpoint__in=checkpoints)
          .update(checkpoint=None) + Experiment.objects.filter(candidate_checkpoint__in=checkpoints)
          .update(candidate_checkpoint=None)),
         ("jobs", lambda: _jobs(run_ids)),
-        ("checkpoints", lambda: _raw_delete(Checkpoint.objects.filter(run_id__in=run_ids))),
-        ("runs", lambda: _raw_delete(Run.objects.filter(pk__in=run_ids))),
+        ("checkpoints", lambda: raw_delete(Checkpoint.objects.filter(run_id__in=run_ids))),
+        ("runs", lambda: raw_delete(Run.objects.filter(pk__in=run_ids))),
     ]
 
 
@@ -246,10 +233,6 @@ def _remove_folders(folders: list[Path]) -> tuple[int, list[str]]:
     return freed, problems
 
 
-def _actor(actor_id) -> object | None:
-    return get_user_model().objects.filter(pk=actor_id).first() if isinstance(actor_id, int) else None
-
-
 def run_delete_execute(*, project_id: int, payload: dict, check: Callable[[], None] = lambda: None,
                        progress: Callable[[str, float], None] = lambda name, fraction: None) -> RunDeleteReport:
     """Delete the run the job names, with its evaluations, in one transaction; then their folders.
@@ -260,7 +243,7 @@ def run_delete_execute(*, project_id: int, payload: dict, check: Callable[[], No
     """
     run_id = payload.get("run_id")
     report = RunDeleteReport(run_id=run_id if isinstance(run_id, int) else 0, run_name=str(payload.get("run_name", "")))
-    actor = _actor(payload.get("actor_id"))
+    actor = actor_of(payload.get("actor_id"))
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=report.run_id, project_id=project_id).first()
         if run is None:
@@ -275,12 +258,7 @@ def run_delete_execute(*, project_id: int, payload: dict, check: Callable[[], No
         folders = [run_files_folder(r) for r in runs]
         audit_log(project=run.project, actor=actor, action="run.delete", target=run, data=plan.as_dict())
         steps = _deletion_steps(plan.run_ids, project_id)
-        for done, (name, statement) in enumerate(steps):
-            check()
-            started = time.perf_counter()
-            report.removed[name] = statement()
-            report.seconds[name] = round(time.perf_counter() - started, 3)
-            progress(name, (done + 1) / (len(steps) + 1))
+        report.removed, report.seconds = run_statements(steps, check=check, progress=progress)
         committing = time.perf_counter()
     report.seconds["commit"] = round(time.perf_counter() - committing, 3)  # the database's deferred key checks
     report.freed_bytes, report.folder_errors = _remove_folders(folders)
