@@ -125,3 +125,30 @@ def make_pipeline_run(project, actor, *, name: str = "grpo quick", kind: str = "
         js.job_succeed(job_id=job.pk, attempt=claimed.attempt)
     run.refresh_from_db()
     return run
+
+
+def make_finished_experiment(project, actor, *, name: str, setup=None, checkpoint_bytes: int = 0,
+                             baseline_name: str = "baseline"):
+    """An ended experiment recorded from finished runs (experiment_record, as the demo's example is): a baseline
+    evaluation, a GRPO run with a checkpoint at step 1 (its weights file `checkpoint_bytes` long when > 0, else no
+    folder), and a held-out evaluation; returns (experiment, {stage: run})."""
+    from webapp.runs.models import Checkpoint
+    from webapp.runs.services.experiments import experiment_record
+    from webapp.runs.services.paths import run_folder
+
+    dataset, verifier, model = setup = setup or make_pipeline_project(project, actor)
+    runs = {"baseline": make_pipeline_run(project, actor, name=baseline_name, kind="eval", steps=1, setup=setup),
+            "grpo": make_pipeline_run(project, actor, name="grpo", steps=1, setup=setup),
+            "held_out": make_pipeline_run(project, actor, name="held out", kind="eval", steps=1, split="held_out",
+                                          setup=setup)}
+    uri = "/nowhere"
+    if checkpoint_bytes:
+        folder = run_folder(runs["grpo"]) / "checkpoints" / "step_1"
+        folder.mkdir(parents=True)
+        (folder / "adapter_model.safetensors").write_bytes(b"w" * checkpoint_bytes)
+        uri = str(folder)
+    Checkpoint.objects.create(run=runs["grpo"], step=1, storage_uri=uri)
+    experiment = experiment_record(project=project, name=name, dataset=dataset,
+                                   verifier_version=verifier.latest_version, model=model, config={}, runs=runs,
+                                   actor=actor)
+    return experiment, runs

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 from browser_session import login
+from pipeline_data import make_finished_experiment
 
 from tests.webapp.runs.test_experiment_pipeline import BASELINE, _create, _finish_stage
 from webapp.datasets.services.datasets import dataset_create
 from webapp.projects.models import UserPreference
-from webapp.runs.models import Experiment, ModelSpec, Run
+from webapp.runs.models import Experiment, Job, ModelSpec, Run
+from webapp.runs.services import jobs as js
 from webapp.runs.services.experiments import DEFAULT_CONFIG
 from webapp.verifiers.services.verifiers import verifier_create
 
@@ -141,3 +143,23 @@ def test_the_experiment_page_follows_the_pipeline_live(page, live_server, projec
     assert "regression: wp-regress" in page.locator(f'tr[data-experiment="{exp.pk}"]').inner_text()
     _shoot(page, project_team["owner"], "exp-list")
     assert errors == []
+
+
+def test_an_editor_deletes_a_finished_experiment_after_typing_its_name(page, live_server, project_team, monkeypatch):
+    monkeypatch.setattr(js, "enqueue_job_message", lambda job_id, queue: None)  # no worker here: the job is queued
+    project, owner = project_team["project"], project_team["owner"]
+    experiment, _runs = make_finished_experiment(project, owner, name="old <i>sweep</i>")
+    login(page, live_server, "editor")
+    page.goto(f"{live_server.url}/p/{project.slug}/experiments/{experiment.pk}/")
+    page.click("#delete-experiment")
+    page.wait_for_selector("[data-experiment-delete]")
+    assert "3 runs" in page.inner_text("[data-plan]")
+    page.fill("#confirm-name", "old sweep")
+    page.click("button.danger")
+    assert "Type the experiment's name" in page.inner_text("[data-error]")
+    page.fill("#confirm-name", "old <i>sweep</i>")
+    page.click("button.danger")
+    page.wait_for_url(f"{live_server.url}/p/{project.slug}/experiments/")
+    job = Job.objects.get(kind="experiment_delete")
+    assert f"old <i>sweep</i> is being deleted with its runs (job {job.pk})" in page.inner_text(".messages")
+    assert page.locator(f'tr[data-experiment="{experiment.pk}"] [data-deleting]').count() == 1

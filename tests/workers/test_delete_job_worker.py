@@ -1,6 +1,7 @@
-"""End to end: a run or a dataset version deleted on its page is deleted by a real `celery worker` process.
+"""End to end: a run, an experiment or a dataset version deleted on its page is deleted by a real `celery
+worker` process.
 
-The worker finds the "run_delete" and "dataset_delete" handlers through workers.runner's handler modules,
+The worker finds the "run_delete", "experiment_delete" and "dataset_delete" handlers through workers.runner's handler modules,
 deletes the rows in one transaction (and a run's folder in the shared data directory), and keeps what it
 removed in the job.
 """
@@ -8,13 +9,19 @@ removed in the job.
 from __future__ import annotations
 
 import pytest
-from pipeline_data import make_pipeline_project, make_pipeline_run, make_tasks
+from pipeline_data import (
+    make_finished_experiment,
+    make_pipeline_project,
+    make_pipeline_run,
+    make_tasks,
+)
 
 from tests.workers.conftest import wait_for
 from webapp.datasets.models import Task, TaskDataset
 from webapp.datasets.services.datasets import dataset_create
 from webapp.runs.models import FINAL_JOB_STATES, Checkpoint, Job, MetricPoint, Run
 from webapp.runs.selectors.dataset_delete import DATASET_DELETE_JOB_KIND
+from webapp.runs.selectors.experiment_delete import EXPERIMENT_DELETE_JOB_KIND
 from webapp.runs.selectors.run_delete import RUN_DELETE_JOB_KIND, run_files_folder
 from webapp.runs.services import jobs as job_services
 from webapp.trajectories.models import Trajectory
@@ -67,3 +74,23 @@ def test_a_worker_deletes_a_dataset_version_and_its_tasks(client, project_team, 
     assert kept.tasks.count() == 3 and done.progress == 1.0 and done.payload["result"]["removed"]["tasks"] == 8
     listed = client.get(f"/p/{project.slug}/datasets/").content.decode()
     assert f"/datasets/{kept.pk}/" in listed and f"/datasets/{doomed.pk}/" not in listed
+
+
+def test_a_worker_deletes_an_experiment_with_its_runs(client, project_team, monkeypatch, live_worker):
+    monkeypatch.setitem(job_services.QUEUE_BY_KIND, EXPERIMENT_DELETE_JOB_KIND, live_worker.queue)
+    project, owner = project_team["project"], project_team["owner"]
+    experiment, runs = make_finished_experiment(project, owner, name="sweep 3", checkpoint_bytes=2048)
+
+    client.force_login(project_team["editor"])
+    response = client.post(f"/p/{project.slug}/experiments/{experiment.pk}/delete/", {"confirm": "sweep 3"})
+    assert response.status_code == 302
+    job = Job.objects.get(kind=EXPERIMENT_DELETE_JOB_KIND)
+    done = wait_for(lambda: (j := Job.objects.get(pk=job.pk)).state in FINAL_JOB_STATES and j, timeout=90,
+                    what=f"deletion job {job.pk} to finish:\n{live_worker.log()[-3000:]}")
+
+    assert done.state == "succeeded", done.error + live_worker.log()[-3000:]
+    run_ids = [run.pk for run in runs.values()]
+    assert not Run.objects.filter(pk__in=run_ids).exists() and not Trajectory.objects.filter(run_id__in=run_ids)
+    assert not run_files_folder(runs["grpo"]).exists() and done.payload["result"]["freed_bytes"] >= 2048
+    listed = client.get(f"/p/{project.slug}/experiments/").content.decode()
+    assert f"/experiments/{experiment.pk}/" not in listed

@@ -1,18 +1,21 @@
-"""API for experiments (the whole pipeline as one object) and checkpoint promotion."""
+"""API for experiments (the whole pipeline as one object), their deletion with their runs, and checkpoint
+promotion."""
 
 from __future__ import annotations
 
-from ninja import Router
+from ninja import Field, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
-from webapp.api.schemas import AliasOut, ExperimentIn, ExperimentOut, PromoteIn
-from webapp.common.bounds import Text
+from webapp.api.schemas import AliasOut, ErrorOut, ExperimentIn, ExperimentOut, JobOut, PromoteIn
+from webapp.common.bounds import RowId, Text
 from webapp.datasets.selectors.datasets import newest_dataset_named
 from webapp.projects.models import Role
 from webapp.projects.selectors.access import get_object_or_404_for_user, get_project_or_404
 from webapp.runs.selectors.checkpoints import alias_get, all_experiments, checkpoints_with_run
+from webapp.runs.selectors.experiment_delete import experiment_delete_plan
 from webapp.runs.selectors.models import model_named
+from webapp.runs.services.experiment_delete import ExperimentDeleteRefused, experiment_delete_start
 from webapp.runs.services.experiments import ExperimentError, experiment_create
 from webapp.runs.services.promotion import (
     AliasConflict,
@@ -84,3 +87,58 @@ def rollback_alias(request, slug: str, name: Text(64), body: PromoteIn):
         return Status(409, {"detail": str(exc)})
     return AliasOut(name=alias.name, checkpoint_id=alias.checkpoint_id, run_id=alias.checkpoint.run_id,
                     step=alias.checkpoint.step)
+
+
+class ExperimentRunOut(Schema):
+    id: int
+    name: str
+    kind: str
+    stage: str = Field(description="The experiment stage the run is; empty for an evaluation of a stage's checkpoint.")
+
+
+class ExperimentDeletionOut(Schema):
+    experiment_id: int
+    name: str
+    state: str
+    runs: list[ExperimentRunOut] = Field(description="Its stage runs and the evaluation runs of their checkpoints: "
+                                                     "they go with it.")
+    trajectories: int
+    reviews: int = Field(description="Human reviews of those trajectories (verdicts and preferences): they go too.")
+    metric_points: int
+    checkpoints: int
+    jobs: int
+    folder_files: int
+    folder_bytes: int = Field(description="The bytes the runs' folders hold on the server's disk (what a deletion "
+                                          "frees).")
+    folder_size_complete: bool = Field(description="false: counting stopped at 100,000 files a run, the size is at "
+                                                   "least this.")
+    blockers: list[str] = Field(description="Why it cannot be deleted now, each with what to do; empty: it can.")
+    pending_job_id: int | None = Field(description="The deletion job already queued or running for it, if any.")
+
+
+def _experiment_for(request, experiment_id: int, minimum: str):
+    return get_object_or_404_for_user(all_experiments(), request.user, minimum, pk=experiment_id)
+
+
+@router.get("/experiments/{experiment_id}/deletion", response={200: ExperimentDeletionOut, 404: ErrorOut},
+            summary="What deleting an experiment would remove")
+def get_experiment_deletion(request, experiment_id: RowId):
+    """What DELETE /experiments/{experiment_id} would remove (its runs and what they hold) and, when it cannot be
+    deleted now, why: for the caller's role (an editor may not delete people's reviews)."""
+    return experiment_delete_plan(_experiment_for(request, experiment_id, Role.EDITOR), actor=request.user).as_dict()
+
+
+@router.delete("/experiments/{experiment_id}", response={202: JobOut, 404: ErrorOut, 409: ErrorOut},
+               summary="Delete an experiment with its runs")
+def delete_experiment(request, experiment_id: RowId):
+    """Queue the deletion of the experiment with every run it made (and the evaluation runs of their
+    checkpoints): 202 with the job (GET /jobs/{id} follows it; its result says what was removed). The rows go in
+    one transaction, then the folders. 409 when something keeps it (a stage still running, a job working on one of
+    its runs, a promoted checkpoint, a run trained from one of them outside it, a verifier check, reviews for a
+    non-owner), with what to do."""
+    experiment = _experiment_for(request, experiment_id, Role.EDITOR)
+    try:
+        job = experiment_delete_start(experiment=experiment, actor=request.user)
+    except ExperimentDeleteRefused as exc:
+        return Status(409, ErrorOut(detail=str(exc)))
+    return Status(202, job)

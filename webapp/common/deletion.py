@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 
 from django.contrib.auth import get_user_model
 from django.db import router
@@ -26,6 +27,28 @@ class DeleteRefused(ValueError):
     def __init__(self, message: str, *, status: int = 409) -> None:
         super().__init__(message)
         self.status = status
+
+
+@dataclass(kw_only=True)
+class DeletionReport:
+    """What a deletion job removed (rows by statement, seconds by statement and for the commit), kept in the
+    job's payload["result"]; `already_gone`: an earlier attempt had committed, nothing was left to remove."""
+
+    removed: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    already_gone: bool = False
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(kw_only=True)
+class FilesDeletionReport(DeletionReport):
+    """A deletion of runs: which runs went, and what their folders freed on disk (or could not remove)."""
+
+    runs: list[dict] = field(default_factory=list)
+    freed_bytes: int = 0
+    folder_errors: list[str] = field(default_factory=list)
 
 
 def raw_delete(rows: QuerySet) -> int:

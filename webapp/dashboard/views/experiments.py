@@ -34,6 +34,10 @@ from webapp.projects.selectors.access import (
 )
 from webapp.runs.models import Experiment, ExperimentState, Run
 from webapp.runs.selectors.checkpoints import ExperimentRow, experiment_list, experiments_for_page
+from webapp.runs.selectors.experiment_delete import (
+    experiments_being_deleted,
+    pending_experiment_deletion,
+)
 from webapp.runs.selectors.models import model_choice_rows, project_model
 from webapp.runs.selectors.runs import run_latest_jobs, runs_by_id_in
 from webapp.runs.services.experiments import (
@@ -162,10 +166,13 @@ def experiment_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     except CursorError as exc:
         page, error = Page(items=[], next_cursor=None), str(exc)
     rows = [_list_row(r) for r in page.items]
+    deleting = experiments_being_deleted(project.pk, [r.experiment.id for r in rows])
     context = {
+        "deleting": deleting,
         "project": project, "rows": rows, "page": page, "query": query_without_after(request), "list_error": error,
         "can_edit": has_role(request.user, project, Role.EDITOR),
-        "any_running": any(r.experiment.state == ExperimentState.RUNNING for r in rows),
+        # Refreshed while one runs or is being deleted (it leaves the list when its deletion is done).
+        "any_running": bool(deleting) or any(r.experiment.state == ExperimentState.RUNNING for r in rows),
     }
     if request.htmx:
         return render(request, "dashboard/experiments/_rows.html", context)
@@ -490,6 +497,8 @@ def experiment_detail_page(request: HttpRequest, slug: str, experiment_id: int) 
     context = _live_context(request, experiment)
     context.update(
         config_json=json.dumps(experiment.config, indent=2),
+        can_edit=has_role(request.user, experiment.project, Role.EDITOR),
+        deletion_job=pending_experiment_deletion(experiment),
         breadcrumbs=breadcrumbs_for(experiment.project,
                                     ("Experiments", reverse("dashboard:experiment_list", args=[slug])),
                                     (experiment.name, None)),

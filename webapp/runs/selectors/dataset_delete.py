@@ -106,7 +106,8 @@ def _blockers(dataset: TaskDataset, runs: int, experiments: int) -> list[str]:
                      [:NAMES_SHOWN + 1])
         blockers.append(f"Experiment{'s' if experiments != 1 else ''} {_names(first, lambda e: repr(e.name))} "
                         f"{'are' if experiments != 1 else 'is'} on this version: an experiment's gate record reads "
-                        "its held-out tasks, so the version stays.")
+                        "its held-out tasks, so the version stays. Delete the experiment first, with its runs (its "
+                        "page has Delete…).")
     return blockers
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from django.db.models import Count, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from webapp.common.pagination import Page, keyset_page
@@ -111,7 +112,7 @@ class JobRow:
         "Why no running worker can take this queued job (it needs more GPUs than any offers), or null."))
     subject: str | None = field(default=None, metadata=described(
         "What a job without a run works on, as its payload names it: the dataset version a dataset_delete "
-        "job deletes (\"name v3\"), or null."))
+        "job deletes (\"name v3\"), the experiment an experiment_delete job deletes, or null."))
 
 
 class UnknownJobState(ValueError):
@@ -129,7 +130,7 @@ def job_list(project: Project, *, state: str | None = None, queue: str | None = 
         raise UnknownJobState(f"Unknown job state {state!r}; use one of: {', '.join(JOB_STATES)}.")
     jobs = (Job.objects.filter(project=project).select_related("run").defer("log_tail", "payload", "run__config")
             .annotate(payload_run_name=KeyTextTransform("run_name", "payload"),
-                      payload_subject=KeyTextTransform("dataset_label", "payload")))
+                      payload_subject=Coalesce(*(KeyTextTransform(key, "payload") for key in SUBJECT_KEYS))))
     for column, value in (("state", state), ("queue", queue), ("kind", kind)):
         if value:
             jobs = jobs.filter(**{column: value})
@@ -167,15 +168,20 @@ def job_placement_problem(job: Job) -> str | None:
     return placement_problem(job.queue, _alive_queue_lists())
 
 
-def _payload_text(job: Job, key: str) -> str | None:
-    """A name a run-less job's payload holds (a deletion: the run or dataset version is gone, or going):
-    the list reads it as an annotation (payload_<name>), a single job from its payload."""
-    annotated = "payload_run_name" if key == "run_name" else "payload_subject"
+SUBJECT_KEYS = ("dataset_label", "experiment_name")
+"""Payload keys that name what a run-less job works on (JobRow.subject), the first one present."""
+
+
+def _payload_text(job: Job, *keys: str) -> str | None:
+    """A name a run-less job's payload holds (a deletion: the run, dataset version or experiment is gone, or
+    going): the list reads it as an annotation (payload_run_name, payload_subject), a single job from its
+    payload."""
+    annotated = "payload_run_name" if keys == ("run_name",) else "payload_subject"
     if hasattr(job, annotated):
         return getattr(job, annotated)
     payload = job.payload if "payload" not in job.get_deferred_fields() else {}
-    name = payload.get(key) if isinstance(payload, dict) else None
-    return name if isinstance(name, str) and name else None
+    names = [payload.get(key) for key in keys] if isinstance(payload, dict) else []
+    return next((name for name in names if isinstance(name, str) and name), None)
 
 
 def job_row(job: Job, *, now: datetime | None = None, offers: list[list[str]] | None = None) -> JobRow:
@@ -193,7 +199,7 @@ def job_row(job: Job, *, now: datetime | None = None, offers: list[list[str]] | 
         heartbeat_age_seconds=_age_seconds(job.heartbeat_at, now), lease_expires_at=job.lease_expires_at,
         lease_seconds_left=None if job.lease_expires_at is None else (job.lease_expires_at - now).total_seconds(),
         processes=list(job.processes or []), placement_problem=problem,
-        subject=None if job.run_id else _payload_text(job, "dataset_label"),
+        subject=None if job.run_id else _payload_text(job, *SUBJECT_KEYS),
     )
 
 

@@ -91,9 +91,14 @@ class RunDeletePlan:
 def run_evaluations(run: Run) -> list[Run]:
     """The evaluation runs of the run's checkpoints, and of theirs (an evaluation has none, but a chain
     is followed all the same); training runs started from them are not here (they block instead)."""
+    return evaluations_of([run.pk])
+
+
+def evaluations_of(run_ids: list[int]) -> list[Run]:
+    """The evaluation runs of these runs' checkpoints (and of theirs), not among `run_ids`, in id order."""
     found: list[Run] = []
-    frontier = [run.pk]
-    seen = {run.pk}
+    frontier = list(run_ids)
+    seen = set(run_ids)
     while frontier:
         children = list(Run.objects.filter(parent_checkpoint__run_id__in=frontier, kind=RunKind.EVAL)
                         .exclude(pk__in=seen).order_by("id"))
@@ -115,14 +120,14 @@ def reviews_of(run_ids: list[int]) -> QuerySet[Review]:
     return Review.objects.filter(Q(trajectory__run_id__in=run_ids) | Q(preferred_over__run_id__in=run_ids))
 
 
-def open_jobs_touching(run: Run, run_ids: list[int]) -> QuerySet[Job]:
+def open_jobs_touching(project_id: int, run_ids: list[int]) -> QuerySet[Job]:
     """Queued or running jobs that read or write these runs: their own, exports of their checkpoints,
     re-verifications of their trajectories (a deletion job is not one of them)."""
     rescores = list(Rescore.objects.filter(run_id__in=run_ids).values_list("pk", flat=True))
     touching = Q(run_id__in=run_ids) | Q(kind="export", payload__run_id__in=run_ids)
     if rescores:
         touching |= Q(kind="rescore", payload__rescore_id__in=rescores)
-    return (Job.objects.filter(project_id=run.project_id, state__in=OPEN_JOB_STATES).filter(touching)
+    return (Job.objects.filter(project_id=project_id, state__in=OPEN_JOB_STATES).filter(touching)
             .exclude(kind=RUN_DELETE_JOB_KIND).order_by("id"))
 
 
@@ -174,9 +179,12 @@ def _names(runs, limit: int = 5) -> str:
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
-def _blockers(run: Run, run_ids: list[int], reviews: int, actor) -> list[str]:
+def deletion_blockers(project, run_ids: list[int], reviews: int, actor, *, experiment_id: int | None = None,
+                      ) -> list[str]:
+    """Why these runs cannot go together now, each with what to do (`actor` None: no role rule). The runs of
+    experiment `experiment_id` (when the experiment goes with them) are not kept by being its stages."""
     blockers: list[str] = []
-    jobs = list(open_jobs_touching(run, run_ids)[:6])
+    jobs = list(open_jobs_touching(project.pk, run_ids)[:6])
     if jobs:
         listed = ", ".join(f"job {j.pk} ({j.kind}, {j.state})" for j in jobs[:5])
         blockers.append(f"Jobs are still working on it: {listed}. Cancel them (on the run page or the Jobs page) "
@@ -195,35 +203,49 @@ def _blockers(run: Run, run_ids: list[int], reviews: int, actor) -> list[str]:
                     .order_by("id")[:6])
     if children:
         blockers.append(f"Runs were trained from its checkpoints: {_names(children)}. Delete those runs first.")
-    staged = Run.objects.filter(pk__in=run_ids, experiment__isnull=False).select_related("experiment").first()
+    staged = (Run.objects.filter(pk__in=run_ids, experiment__isnull=False).exclude(experiment_id=experiment_id)
+              .select_related("experiment").order_by("id").first())
     if staged is not None:
         blockers.append(f"Run #{staged.pk} {staged.name!r} is the {staged.stage or 'a'} stage of experiment "
-                        f"{staged.experiment.name!r}: an experiment keeps its runs (its gate record reads them).")
+                        f"{staged.experiment.name!r}: an experiment keeps its runs (its gate record reads them); delete the "
+                        "experiment instead, with all its runs (its page has Delete…).")
     checks = list(VerifierCheck.objects.filter(run_id__in=run_ids).select_related("version__verifier")
                   .order_by("id")[:5])
     if checks:
         listed = ", ".join(f"#{c.pk} of {c.version.verifier.name} v{c.version.version}" for c in checks)
         blockers.append(f"Verifier checks were drawn from its outputs: {listed}. A check is its verifier "
                         "version's evidence, so the run stays.")
-    if reviews and actor is not None and not has_role(actor, run.project, Role.OWNER):
+    if reviews and actor is not None and not has_role(actor, project, Role.OWNER):
         blockers.append(f"People reviewed its trajectories ({reviews} review{'s' if reviews != 1 else ''}): only "
-                        "an owner of the project can delete labels. Ask one to delete the run.")
+                        "an owner of the project can delete labels. Ask one to delete it.")
     return blockers
 
 
 def run_delete_plan(run: Run, *, actor=None) -> RunDeletePlan:
     """What deleting `run` would remove and, when it cannot be deleted now, why (`actor` None: no role rule)."""
     evaluations = run_evaluations(run)
-    run_ids = [run.pk, *(r.pk for r in evaluations)]
-    reviews = reviews_of(run_ids).count()
-    folders = [folder_size(run_files_folder(r)) for r in (run, *evaluations)]
+    held = holdings_of([run, *evaluations])
     return RunDeletePlan(
-        run=run, evaluations=evaluations,
-        trajectories=trajectory_count(run_ids), reviews=reviews,
-        metric_points=MetricPoint.objects.filter(run_id__in=run_ids).count(),
-        checkpoints=Checkpoint.objects.filter(run_id__in=run_ids).count(),
-        jobs=Job.objects.filter(run_id__in=run_ids).count(),
-        folder=FolderSize(files=sum(f.files for f in folders), bytes=sum(f.bytes for f in folders),
-                          complete=all(f.complete for f in folders)),
-        blockers=_blockers(run, run_ids, reviews, actor), pending_job=pending_deletion(run),
+        run=run, evaluations=evaluations, **held,
+        blockers=deletion_blockers(run.project, held_run_ids([run, *evaluations]), held["reviews"], actor),
+        pending_job=pending_deletion(run),
     )
+
+
+def held_run_ids(runs: list[Run]) -> list[int]:
+    return [r.pk for r in runs]
+
+
+def holdings_of(runs: list[Run]) -> dict:
+    """What these runs hold, as the plans' fields: trajectories, reviews of them, metric points, checkpoints,
+    jobs, and their folders' size (a handful of indexed counts; the trajectories from the step rollups)."""
+    run_ids = held_run_ids(runs)
+    folders = [folder_size(run_files_folder(r)) for r in runs]
+    return {
+        "trajectories": trajectory_count(run_ids), "reviews": reviews_of(run_ids).count(),
+        "metric_points": MetricPoint.objects.filter(run_id__in=run_ids).count(),
+        "checkpoints": Checkpoint.objects.filter(run_id__in=run_ids).count(),
+        "jobs": Job.objects.filter(run_id__in=run_ids).count(),
+        "folder": FolderSize(files=sum(f.files for f in folders), bytes=sum(f.bytes for f in folders),
+                             complete=all(f.complete for f in folders)),
+    }

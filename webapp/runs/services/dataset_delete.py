@@ -17,11 +17,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 from django.db import transaction
 
-from webapp.common.deletion import DeleteRefused, Statement, actor_of, raw_delete, run_statements
+from webapp.common.deletion import (
+    DeleteRefused,
+    DeletionReport,
+    Statement,
+    actor_of,
+    raw_delete,
+    run_statements,
+)
 from webapp.datasets.models import Task, TaskDataset
 from webapp.projects.services.projects import audit_log
 from webapp.runs.models import Job
@@ -39,18 +46,12 @@ class DatasetDeleteRefused(DeleteRefused):
     """The version cannot be deleted now; the message says why and what to do."""
 
 
-@dataclass
-class DatasetDeleteReport:
+@dataclass(kw_only=True)
+class DatasetDeleteReport(DeletionReport):
     """What a deletion removed: kept in the job's payload["result"] and in the audit event."""
 
     dataset_id: int
     label: str
-    removed: dict[str, int] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-    already_gone: bool = False
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _refusal(plan: DatasetDeletePlan) -> str:

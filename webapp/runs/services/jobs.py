@@ -41,6 +41,7 @@ QUEUE_BY_KIND: dict[str, str] = {
     "run_import": "default",
     "run_delete": "default",
     "dataset_delete": "default",
+    "experiment_delete": "default",
 }
 LOG_TAIL_CHARS = 20_000
 

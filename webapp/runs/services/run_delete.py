@@ -19,13 +19,20 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.db import transaction
 from django.db.models import QuerySet
 
-from webapp.common.deletion import DeleteRefused, Statement, actor_of, raw_delete, run_statements
+from webapp.common.deletion import (
+    DeleteRefused,
+    FilesDeletionReport,
+    Statement,
+    actor_of,
+    raw_delete,
+    run_statements,
+)
 from webapp.datasets.models import Task
 from webapp.projects.services.projects import audit_log
 from webapp.runs.models import Checkpoint, Experiment, Job, MetricPoint, Run
@@ -53,21 +60,12 @@ class RunDeleteRefused(DeleteRefused):
     """The run cannot be deleted (now, or by this person); the message says why and what to do."""
 
 
-@dataclass
-class RunDeleteReport:
+@dataclass(kw_only=True)
+class RunDeleteReport(FilesDeletionReport):
     """What a deletion removed: kept in the job's payload["result"] and in the audit event."""
 
     run_id: int
     run_name: str
-    runs: list[dict] = field(default_factory=list)
-    removed: dict[str, int] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-    freed_bytes: int = 0
-    folder_errors: list[str] = field(default_factory=list)
-    already_gone: bool = False
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _refusal(plan: RunDeletePlan) -> str:
@@ -174,7 +172,7 @@ def _jobs(run_ids: list[int]) -> int:
     return raw_delete(jobs)
 
 
-def _deletion_steps(run_ids: list[int], project_id: int) -> list[tuple[str, Statement]]:
+def run_deletion_steps(run_ids: list[int], project_id: int) -> list[tuple[str, Statement]]:
     """(name, statement) in foreign-key order: what points at a row goes (or lets go) before the row."""
     trajectories = Trajectory.objects.filter(run_id__in=run_ids).values("pk")
     checkpoints = Checkpoint.objects.filter(run_id__in=run_ids).values("pk")
@@ -209,7 +207,7 @@ def _rmtree(folder: Path, errors: list[str]) -> None:
         shutil.rmtree(folder, onerror=lambda _fn, path, info: errors.append(f"{path}: {info[1]}"))
 
 
-def _remove_folders(folders: list[Path]) -> tuple[int, list[str]]:
+def remove_folders(folders: list[Path]) -> tuple[int, list[str]]:
     """(bytes freed, problems): each folder removed whole; a link in its place is unlinked, never followed."""
     freed, problems = 0, []
     for folder in folders:
@@ -257,10 +255,10 @@ def run_delete_execute(*, project_id: int, payload: dict, check: Callable[[], No
         report.runs = [{"id": r.pk, "name": r.name, "kind": r.kind} for r in runs]
         folders = [run_files_folder(r) for r in runs]
         audit_log(project=run.project, actor=actor, action="run.delete", target=run, data=plan.as_dict())
-        steps = _deletion_steps(plan.run_ids, project_id)
+        steps = run_deletion_steps(plan.run_ids, project_id)
         report.removed, report.seconds = run_statements(steps, check=check, progress=progress)
         committing = time.perf_counter()
     report.seconds["commit"] = round(time.perf_counter() - committing, 3)  # the database's deferred key checks
-    report.freed_bytes, report.folder_errors = _remove_folders(folders)
+    report.freed_bytes, report.folder_errors = remove_folders(folders)
     progress("folders", 1.0)
     return report
