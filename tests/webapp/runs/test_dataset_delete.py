@@ -154,3 +154,14 @@ def test_a_version_gone_already_is_a_success_with_nothing_removed(world):
     assert again.already_gone and again.removed == {}
     other_project = dataset_delete_execute(project_id=world["other"].pk, payload={"dataset_id": world["used"].pk})
     assert other_project.already_gone and TaskDataset.objects.filter(pk=world["used"].pk).exists()
+
+
+def test_a_deleted_versions_number_is_never_given_again(client, world):
+    later = world["later"]  # mail <b>tasks</b> v2, the newest
+    job = dataset_delete_start(dataset=later, actor=world["editor"])
+    dataset_delete_execute(project_id=world["project"].pk, payload=job.payload)
+    client.force_login(world["editor"])
+    form = client.get(f"/p/{world['project'].slug}/datasets/import/").content.decode()
+    assert "mail &lt;b&gt;tasks&lt;/b&gt; (v1 → v3)" in form  # what the import form says it will make
+    again = dataset_create(project=world["project"], name="mail <b>tasks</b>", tasks=make_tasks(2), actor=world["owner"])
+    assert again.version == 3

@@ -39,7 +39,7 @@ from webapp.datasets.selectors.datasets import (
     version_page,
 )
 from webapp.datasets.selectors.exports import EXPORT_FORMATS, export_filename, export_lines
-from webapp.datasets.services.datasets import new_dataset_name_problem
+from webapp.datasets.services.datasets import deleted_version_highs, new_dataset_name_problem
 from webapp.datasets.services.generation import (
     ENVIRONMENTS,
     MAX_TASKS,
@@ -103,6 +103,8 @@ def _dataset_choices(project: Project, selected) -> list[dict]:
     latest = {d.name: d.version for d in newest if d.name}
     for d in newest:
         latest[d.name] = max(latest[d.name], d.version)
+    for name, deleted in deleted_version_highs(project, latest).items():  # numbers are never given twice
+        latest[name] = max(latest[name], deleted)
     return [{"pk": str(d.pk), "label": f"{d.name} (v{d.version} → v{latest[d.name] + 1})"} for d in newest]
 
 

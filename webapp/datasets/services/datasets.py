@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from environments.types import Task as EnvTask
 from webapp.datasets.models import Lineage, Source, Split, Task, TaskDataset, search_text_of
-from webapp.projects.models import Project
+from webapp.projects.models import AuditEvent, Project
 
 INSERT_BATCH = 2_000
 # Which lineage a version gets when its maker does not say (the source of its new tasks).
@@ -67,8 +67,26 @@ def _create_version(**fields) -> TaskDataset:
             "under another name).") from None
 
 
+DATASET_DELETED_ACTION = "dataset.delete"
+"""The audit action of a deleted version (webapp.runs.services.dataset_delete writes it with name and version)."""
+
+
+def deleted_version_highs(project: Project, names: Iterable[str]) -> dict[str, int]:
+    """For each of these dataset names, the highest version number a deleted version had, from the audit log:
+    a number once given is never given again, so "v3" names one set of tasks for good."""
+    events = (AuditEvent.objects.filter(project=project, action=DATASET_DELETED_ACTION,
+                                        target_type="datasets.taskdataset", data__name__in=list(names))
+              .values_list("data__name", "data__version"))
+    highs: dict[str, int] = {}
+    for name, version in events:
+        if isinstance(name, str) and isinstance(version, int) and not isinstance(version, bool):
+            highs[name] = max(highs.get(name, 0), version)
+    return highs
+
+
 def _next_version(project: Project, name: str) -> int:
-    return (TaskDataset.objects.filter(project=project, name=name).aggregate(v=Max("version"))["v"] or 0) + 1
+    kept = TaskDataset.objects.filter(project=project, name=name).aggregate(v=Max("version"))["v"] or 0
+    return max(kept, deleted_version_highs(project, [name]).get(name, 0)) + 1
 
 
 _COPY_COLUMNS = ("dataset_id", "external_id", "messages", "tools", "ground_truth", "category", "split", "source",

@@ -30,6 +30,7 @@ from webapp.common.deletion import (
     run_statements,
 )
 from webapp.datasets.models import Task, TaskDataset
+from webapp.datasets.services.datasets import DATASET_DELETED_ACTION
 from webapp.projects.services.projects import audit_log
 from webapp.runs.models import Job
 from webapp.runs.selectors.dataset_delete import (
@@ -137,7 +138,8 @@ def dataset_delete_execute(*, project_id: int, payload: dict, check: Callable[[]
         if plan.blockers:
             raise DatasetDeleteRefused(_refusal(plan) + " Nothing was deleted.")
         report.label = dataset_label(dataset)
-        audit_log(project=dataset.project, actor=actor, action="dataset.delete", target=dataset, data=plan.as_dict())
+        audit_log(project=dataset.project, actor=actor, action=DATASET_DELETED_ACTION, target=dataset,
+                  data=plan.as_dict())
         steps = _deletion_steps(dataset)
         report.removed, report.seconds = run_statements(steps, check=check, progress=progress)
         committing = time.perf_counter()
