@@ -36,6 +36,7 @@ from webapp.runs.models import (
     MetricPoint,
     Run,
     RunKind,
+    RunStatus,
 )
 from webapp.trajectories.models import Rescore, Review, StepRollup
 from webapp.verifiers.models import VerifierCheck
@@ -249,3 +250,20 @@ def holdings_of(runs: list[Run]) -> dict:
         "folder": FolderSize(files=sum(f.files for f in folders), bytes=sum(f.bytes for f in folders),
                              complete=all(f.complete for f in folders)),
     }
+
+
+ENDED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DRAFT)
+"""The statuses a clean-up may choose from: a run that is queued or running is never a candidate."""
+
+
+def ended_runs_before(project, *, before, statuses: list[str], kinds: list[str], name_contains: str,
+                      limit: int) -> list[Run]:
+    """The project's ended runs created before `before`, oldest first, filtered by status, kind and a name
+    fragment (each empty: any), at most `limit` (`manage.py delete_runs` chooses among them)."""
+    runs = Run.objects.filter(project=project, created_at__lt=before,
+                              status__in=[s for s in statuses or ENDED_STATUSES if s in ENDED_STATUSES])
+    if kinds:
+        runs = runs.filter(kind__in=kinds)
+    if name_contains:
+        runs = runs.filter(name__icontains=name_contains)
+    return list(runs.select_related("project").order_by("created_at", "id")[:limit])
