@@ -7,7 +7,15 @@ from ninja import Field, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
-from webapp.api.schemas import AliasOut, ErrorOut, ExperimentIn, ExperimentOut, JobOut, PromoteIn
+from webapp.api.schemas import (
+    AliasOut,
+    ErrorOut,
+    ExperimentIn,
+    ExperimentOut,
+    JobOut,
+    PromoteIn,
+    RunsDeletionOut,
+)
 from webapp.common.bounds import RowId, Text
 from webapp.datasets.selectors.datasets import newest_dataset_named
 from webapp.projects.models import Role
@@ -96,24 +104,12 @@ class ExperimentRunOut(Schema):
     stage: str = Field(description="The experiment stage the run is; empty for an evaluation of a stage's checkpoint.")
 
 
-class ExperimentDeletionOut(Schema):
+class ExperimentDeletionOut(RunsDeletionOut):
     experiment_id: int
     name: str
     state: str
     runs: list[ExperimentRunOut] = Field(description="Its stage runs and the evaluation runs of their checkpoints: "
                                                      "they go with it.")
-    trajectories: int
-    reviews: int = Field(description="Human reviews of those trajectories (verdicts and preferences): they go too.")
-    metric_points: int
-    checkpoints: int
-    jobs: int
-    folder_files: int
-    folder_bytes: int = Field(description="The bytes the runs' folders hold on the server's disk (what a deletion "
-                                          "frees).")
-    folder_size_complete: bool = Field(description="false: counting stopped at 100,000 files a run, the size is at "
-                                                   "least this.")
-    blockers: list[str] = Field(description="Why it cannot be deleted now, each with what to do; empty: it can.")
-    pending_job_id: int | None = Field(description="The deletion job already queued or running for it, if any.")
 
 
 def _experiment_for(request, experiment_id: int, minimum: str):

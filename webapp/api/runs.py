@@ -20,7 +20,7 @@ from ninja.responses import Status
 
 from training.config import RUN_CONFIG_SCHEMA
 from webapp.api.errors import FieldErrorsOut, field_error, field_errors
-from webapp.api.schemas import ErrorOut, JobOut
+from webapp.api.schemas import ErrorOut, JobOut, RunsDeletionOut
 from webapp.common.bounds import (
     BIGINT_MAX,
     Choice,
@@ -578,21 +578,10 @@ class NamedRunOut(Schema):
     name: str
 
 
-class RunDeletionOut(Schema):
+class RunDeletionOut(RunsDeletionOut):
     run_id: int
     run_name: str
     evaluations: list[NamedRunOut] = Field(description="The evaluation runs of its checkpoints: they go with it.")
-    trajectories: int
-    reviews: int = Field(description="Human reviews of those trajectories (verdicts and preferences): they go too.")
-    metric_points: int
-    checkpoints: int
-    jobs: int
-    folder_files: int
-    folder_bytes: int = Field(description="The bytes its folders hold on the server's disk (what a deletion frees).")
-    folder_size_complete: bool = Field(description="false: counting stopped at 100,000 files, the size is at least "
-                                                   "this.")
-    blockers: list[str] = Field(description="Why it cannot be deleted now, each with what to do; empty: it can.")
-    pending_job_id: int | None = Field(description="The deletion job already queued or running for it, if any.")
 
 
 @router.get("/runs/{run_id}/deletion", response=RunDeletionOut, summary="What deleting a run would remove")

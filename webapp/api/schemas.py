@@ -192,3 +192,21 @@ class AliasOut(Schema):
     checkpoint_id: int
     run_id: int
     step: int
+
+
+class RunsDeletionOut(Schema):
+    """What deleting runs would remove (a run with its evaluations, an experiment with all its runs) and what
+    keeps them: the fields GET /runs/{id}/deletion and GET /experiments/{id}/deletion share."""
+
+    trajectories: int
+    reviews: int = Field(description="Human reviews of those trajectories (verdicts and preferences): they go too.")
+    metric_points: int
+    checkpoints: int
+    jobs: int
+    folder_files: int
+    folder_bytes: int = Field(description="The bytes the runs' folders hold on the server's disk (what a deletion "
+                                          "frees).")
+    folder_size_complete: bool = Field(description="false: counting stopped at 100,000 files a run, the size is at "
+                                                   "least this.")
+    blockers: list[str] = Field(description="Why it cannot be deleted now, each with what to do; empty: it can.")
+    pending_job_id: int | None = Field(description="The deletion job already queued or running for it, if any.")
